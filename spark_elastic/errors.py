@@ -1,0 +1,89 @@
+"""Exceptions raised by spark-elastic.
+
+Every exception the library raises on purpose derives from
+:class:`SparkElasticError`, so ``except spark_elastic.errors.SparkElasticError``
+catches them all. Errors about a caller's arguments also derive from the
+built-in :class:`ValueError` or :class:`TypeError`, so code that already
+handles those keeps working.
+
+Messages follow one pattern: what was wrong, what was expected, and (where
+there is a closed set) the valid choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "JavaNotFoundError",
+    "LogError",
+    "PartitionExpansionError",
+    "PlanError",
+    "SparkElasticError",
+    "TaskNameError",
+]
+
+
+class SparkElasticError(Exception):
+    """Root of every exception spark-elastic raises on purpose."""
+
+
+class ArgumentError(SparkElasticError, ValueError):
+    """An argument has the right type but an unacceptable value."""
+
+    @classmethod
+    def invalid(
+        cls,
+        name: str,
+        expected: str,
+        found: object,
+        choices: Iterable[object] | None = None,
+    ) -> ArgumentError:
+        """Build the standard message: argument, expectation, what was found.
+
+        Parameters
+        ----------
+        name
+            The argument's name as the caller wrote it.
+        expected
+            What a valid value looks like, in words.
+        found
+            The value that was given; shown with ``repr``.
+        choices
+            The closed set of valid values, if there is one.
+        """
+        message = f"{name}: expected {expected}, found {found!r}"
+        if choices is not None:
+            message += f" (valid choices: {', '.join(repr(c) for c in choices)})"
+        return cls(message)
+
+
+class ArgumentTypeError(SparkElasticError, TypeError):
+    """An argument has the wrong type."""
+
+    @classmethod
+    def wrong_type(cls, name: str, expected: str, found: object) -> ArgumentTypeError:
+        """Build the standard message naming the argument and both types."""
+        return cls(f"{name}: expected {expected}, found {type(found).__name__} {found!r}")
+
+
+class TaskNameError(ArgumentError):
+    """A string does not fit any of the task-name formats."""
+
+
+class PlanError(SparkElasticError):
+    """A job plan cannot be made from the given inputs."""
+
+
+class PartitionExpansionError(PlanError, ValueError):
+    """A stream's partition count changed in a way the plan cannot absorb (SEP-5)."""
+
+
+class LogError(SparkElasticError):
+    """The embedded partitioned log refused an operation."""
+
+
+class JavaNotFoundError(SparkElasticError, RuntimeError):
+    """Spark needs a Java runtime and none was found."""
