@@ -17,6 +17,9 @@ from collections.abc import Iterable
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "AssignmentError",
+    "CheckpointError",
+    "ColumnError",
     "JavaNotFoundError",
     "LogError",
     "PartitionExpansionError",
@@ -83,6 +86,18 @@ class PartitionExpansionError(PlanError, ValueError):
 
 class LogError(SparkElasticError):
     """The embedded partitioned log refused an operation."""
+
+
+class AssignmentError(SparkElasticError, ValueError):
+    """A task-assignment problem is inconsistent (unknown task, duplicate ids, too few clients)."""
+
+
+class ColumnError(ArgumentError):
+    """A DataFrame lacks a column a transform needs, or the column has the wrong type."""
+
+
+class CheckpointError(SparkElasticError):
+    """A streaming checkpoint cannot be read, or cannot be rescaled as asked."""
 
 
 class JavaNotFoundError(SparkElasticError, RuntimeError):
