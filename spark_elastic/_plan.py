@@ -240,6 +240,18 @@ class JobPlan:
             return base
         return base.at_factor(bucket, self.elasticity_factor)
 
+    def task_names(self) -> list[str]:
+        """Every task's name as a string, in id order (fast path for large plans)."""
+        factor = self.elasticity_factor
+        bases = [str(self.base_task_name(i)) for i in range(len(self.base_keys))]
+        if factor == 1:
+            return bases
+        buckets = range(factor)
+        if self.grouper.task_kind is TaskKind.PARTITION:
+            return [f"{base}_{b}_{factor}" for base in bases for b in buckets]
+        # "SystemStreamPartition [s, t, p]" -> "SystemStreamPartition [s, t, p, b]_f"
+        return [f"{base[:-1]}, {b}]_{factor}" for base in bases for b in buckets]
+
     def task(self, task_id: int) -> TaskModel:
         """The full :class:`TaskModel` of task ``task_id``."""
         base_index, bucket = divmod(self._check_task_id(task_id), self.elasticity_factor)

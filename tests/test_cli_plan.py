@@ -1,0 +1,136 @@
+"""Specification of `spark-elastic plan`, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spark_elastic", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_plan_prints_a_table_of_tasks() -> None:
+    result = cli(
+        "plan", "--input", "kafka.PVE:2", "--input", "kafka.URE:2", "--elasticity-factor", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("4 tasks from 4 stream partitions")
+    assert lines[1].split() == ["ID", "TASK", "PARTITIONS"]
+    assert lines[2].split(maxsplit=1) == ["0", "Partition 0_0_2  kafka.PVE:0#0, kafka.URE:0#0"]
+    assert len(lines) == 2 + 4
+
+
+def test_plan_json_has_the_documented_shape() -> None:
+    result = cli(
+        "plan",
+        "--input",
+        "kafka.IS1:8",
+        "--input",
+        "kafka.IS2:12",
+        "--grouper",
+        "cogroup",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    tasks = json.loads(result.stdout)["tasks"]
+    assert [t["id"] for t in tasks] == [0, 1, 2, 3]
+    assert tasks[1]["name"] == "Partition 1"
+    assert {"system": "kafka", "stream": "IS1", "partition": 5} in tasks[1]["partitions"]
+    assert {"system": "kafka", "stream": "IS2", "partition": 9} in tasks[1]["partitions"]
+
+
+def test_plan_reads_previous_json_and_saves_the_new_plan(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    first = cli("plan", "--input", "kafka.PVE:2", "--json")
+    plan_file.write_text(first.stdout)
+    grown = cli(
+        "plan", "--input", "kafka.PVE:4", "--previous", str(plan_file), "--save", str(plan_file)
+    )
+    assert grown.returncode == 0, grown.stderr
+    assert grown.stdout.splitlines()[0].startswith("2 tasks from 4 stream partitions")
+    saved = json.loads(plan_file.read_text())
+    assert [len(t["partitions"]) for t in saved["tasks"]] == [2, 2]
+
+
+def test_single_grouper_takes_processors() -> None:
+    result = cli(
+        "plan",
+        "--input",
+        "kafka.A:2",
+        "--grouper",
+        "single",
+        "--processor",
+        "x",
+        "--processor",
+        "y",
+        "--json",
+    )
+    assert [t["name"] for t in json.loads(result.stdout)["tasks"]] == ["Task-x", "Task-y"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "kafka.A:2", "--elasticity-factor", "3"], "elasticity_factor"),
+        (["--input", "kafka.A:2", "--elasticity-factor", "x"], "invalid int value"),
+        (["--input", "kafka.A"], "system.stream:partition_count"),
+        (["--input", "kafka.A:2", "--grouper", "max"], "invalid choice"),
+        (["--input", "kafka.A:2", "--grouper", "single", "--elasticity-factor", "2"], "single"),
+        (["--input", "kafka.A:2", "--previous", "/nonexistent/plan.json"], "does not exist"),
+        ([], "required: --input"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args: list[str], message: str) -> None:
+    result = cli("plan", *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr
+
+
+def test_shrunk_previous_stream_exits_2_naming_stream_and_counts(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(cli("plan", "--input", "kafka.PVE:4", "--json").stdout)
+    result = cli("plan", "--input", "kafka.PVE:2", "--previous", str(plan_file))
+    assert result.returncode == 2
+    assert "kafka.PVE" in result.stderr
+    assert "from 4 to 2" in result.stderr
+
+
+def test_console_script_is_installed() -> None:
+    exe = Path(sys.executable).parent / "spark-elastic"
+    result = subprocess.run(
+        [str(exe), "plan", "--input", "kafka.A:1"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Partition 0" in result.stdout
+
+
+def test_importing_the_package_starts_no_jvm_and_loads_no_pandas() -> None:
+    code = (
+        "import sys, spark_elastic; "
+        "print(sorted(m for m in ('pandas', 'pyarrow', 'pyspark.sql.connect', 'py4j.java_gateway') "
+        "if m in sys.modules)); "
+        "from pyspark import SparkContext; print(SparkContext._active_spark_context)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    loaded, context = result.stdout.splitlines()
+    assert "pandas" not in loaded
+    assert "pyspark.sql.connect" not in loaded
+    assert context == "None"
