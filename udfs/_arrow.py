@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from spark_elastic.errors import ArgumentError, ArgumentTypeError
+from udfs._errors import invalid, type_error, wrong_type
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +62,7 @@ def key_array(keys: Keys, name: str = "keys") -> pa.Array:
         ``keys`` is a single bytes/str value, or its elements are not bytes/str.
     """
     if isinstance(keys, str | bytes | bytearray | memoryview):
-        raise ArgumentTypeError.wrong_type(name, _EXPECTED + " (not a single key)", keys)
+        raise wrong_type(name, _EXPECTED + " (not a single key)", keys)
     if isinstance(keys, pa.ChunkedArray):
         # One chunk keeps the kernels to a single pass; chunked input is rare
         # (pandas UDF batches and pa.array results are single arrays).
@@ -70,8 +70,12 @@ def key_array(keys: Keys, name: str = "keys") -> pa.Array:
     if not isinstance(keys, pa.Array):
         try:
             keys = pa.array(keys, from_pandas=_is_pandas(keys))
+        except UnicodeEncodeError as error:
+            raise invalid(
+                name, "str keys that encode to UTF-8 (no lone surrogates)", error.object
+            ) from error
         except (pa.ArrowException, TypeError, ValueError) as error:
-            raise ArgumentTypeError(f"{name}: expected {_EXPECTED}; {error}") from error
+            raise type_error(name, _EXPECTED, f"an element that is neither ({error})") from error
     return _normalized(keys, name)
 
 
@@ -114,7 +118,7 @@ def reject_nulls(array: pa.Array, name: str = "keys") -> None:
     mask = null_mask(array)
     if mask is not None:
         first = int(np.argmax(mask))
-        raise ArgumentError.invalid(
+        raise invalid(
             f"{name}[{first}]",
             "a bytes or str key (null keys have no hash: Kafka's producer gives them a "
             f"sticky partition instead; {array.null_count} of {len(array)} keys are null)",
@@ -141,7 +145,7 @@ def _normalized(array: pa.Array, name: str) -> pa.Array:
         or pa.types.is_fixed_size_binary(kind)
     ):
         return array.cast(pa.large_string() if pa.types.is_string_view(kind) else pa.large_binary())
-    raise ArgumentTypeError(f"{name}: expected {_EXPECTED}, found an array of {kind}")
+    raise type_error(name, _EXPECTED, f"an array of {kind}")
 
 
 def _is_pandas(keys: object) -> bool:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from spark_elastic.errors import ArgumentError, ArgumentTypeError
 from udfs._arrow import KeyBuffers, Keys, key_array, key_buffers, reject_nulls
+from udfs._errors import invalid, wrong_type
 
 __all__ = ["kafka_partitions", "murmur2", "murmur2_buffers", "partitions_of", "validate_partitions"]
 
@@ -101,9 +101,9 @@ def kafka_partitions(keys: Keys, num_partitions: int) -> npt.NDArray[np.int32]:
 def validate_partitions(value: object, name: str) -> int:
     """A partition count as a Python int, or a clear error."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ArgumentTypeError.wrong_type(name, "an int partition count", value)
+        raise wrong_type(name, "an int partition count", value)
     if not 1 <= value <= _INT32_MAX:
-        raise ArgumentError.invalid(name, f"a partition count from 1 to {_INT32_MAX}", value)
+        raise invalid(name, f"a partition count from 1 to {_INT32_MAX}", value)
     return int(value)
 
 
