@@ -1,0 +1,102 @@
+"""Routing benchmark: withVirtualTasks vs plain hash repartitioning, side by side in one run.
+
+Run: ``.venv/bin/python benchmarks/bench_routing.py`` (``--rows`` to change the size).
+
+1. Placement: for one DataFrame of Kafka-shaped rows (8 partitions, factor 8,
+   64 virtual tasks), how many of the 64 Spark partitions are idle and how
+   uneven they are, routed by ``withVirtualTasks`` vs ``repartition(64, "virtual_task")``.
+2. Throughput: the same job (route, then hash every value) with
+   ``.withVirtualTasks(8)`` vs ``.repartition(64, "key")``, best of N runs,
+   alternating so neither side benefits from warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import spark_elastic  # noqa: F401 - registers DataFrame.withVirtualTasks
+from spark_elastic._session import local_session
+
+PARTITIONS = 8
+FACTOR = 8
+TASKS = PARTITIONS * FACTOR
+
+
+def kafka_rows(spark: SparkSession, rows: int, keys: int) -> DataFrame:
+    """Kafka-shaped rows generated in the JVM and cached, so the source costs nothing."""
+    df = spark.range(rows).select(
+        F.concat(F.lit("user-"), (F.col("id") % keys).cast("string")).cast("binary").alias("key"),
+        F.lit(b"payload-" * 8).alias("value"),
+        F.lit("events").alias("topic"),
+        F.col("id").alias("offset"),
+    )
+    df = df.withColumn("partition", F.pmod(F.xxhash64("key"), F.lit(PARTITIONS)).cast("int"))
+    return df.repartition(4).cache()
+
+
+def placement(df: DataFrame) -> tuple[int, float]:
+    """Idle partitions and max/mean rows per partition."""
+    counted = df.groupBy(F.spark_partition_id().alias("p")).count().collect()
+    sizes = [r["count"] for r in counted] + [0] * (TASKS - len(counted))
+    mean = sum(sizes) / len(sizes)
+    return sum(1 for s in sizes if s == 0), max(sizes) / mean
+
+
+def job(routed: DataFrame) -> None:
+    routed.select(F.sum(F.hash("value", "key"))).collect()
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    spark = local_session("bench-routing", conf={"spark.sql.adaptive.enabled": "false"})
+    df = kafka_rows(spark, args.rows, args.keys)
+    df.count()
+    counts = {"events": PARTITIONS}
+    ours = df.withVirtualTasks(FACTOR, partitions=counts)
+    by_name = df.withVirtualTasks(FACTOR, partitions=counts, route=False).repartition(
+        TASKS, "virtual_task"
+    )
+    by_key = df.repartition(TASKS, "key")
+
+    print(f"{args.rows:,} rows, {args.keys:,} keys, {PARTITIONS} partitions x factor {FACTOR}")
+    print("\n| routing | idle partitions of 64 | max/mean rows per partition |")
+    print("|---|---:|---:|")
+    for label, routed in (
+        ("withVirtualTasks(8)", ours),
+        ('repartition(64, "virtual_task")', by_name),
+    ):
+        idle, skew = placement(routed)
+        print(f"| {label} | {idle} | {skew:.2f} |")
+
+    job(ours)
+    job(by_key)  # warm both plans up
+    ours_s, key_s = [], []
+    for _ in range(args.runs):
+        ours_s.append(timed(lambda: job(ours)))
+        key_s.append(timed(lambda: job(by_key)))
+    best_ours, best_key = min(ours_s), min(key_s)
+    print("\n| job (route, then hash every row) | best of %d (s) | rows/s |" % args.runs)
+    print("|---|---:|---:|")
+    print(f'| repartition(64, "key") | {best_key:.2f} | {args.rows / best_key:,.0f} |')
+    print(f"| withVirtualTasks(8) | {best_ours:.2f} | {args.rows / best_ours:,.0f} |")
+    print(f"\nwithVirtualTasks / repartition time: {best_ours / best_key:.2f}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
