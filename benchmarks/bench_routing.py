@@ -90,7 +90,7 @@ def main() -> None:
         ours_s.append(timed(lambda: job(ours)))
         key_s.append(timed(lambda: job(by_key)))
     best_ours, best_key = min(ours_s), min(key_s)
-    print("\n| job (route, then hash every row) | best of %d (s) | rows/s |" % args.runs)
+    print(f"\n| job (route, then hash every row) | best of {args.runs} (s) | rows/s |")
     print("|---|---:|---:|")
     print(f'| repartition(64, "key") | {best_key:.2f} | {args.rows / best_key:,.0f} |')
     print(f"| withVirtualTasks(8) | {best_ours:.2f} | {args.rows / best_ours:,.0f} |")
