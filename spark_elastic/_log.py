@@ -45,13 +45,20 @@ if TYPE_CHECKING:
 
     from spark_elastic._log_producer import Producer
 
-__all__ = ["MAX_PARTITIONS", "EmbeddedLog", "TopicDescription", "validate_topic_name"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "TOPIC_META",
+    "EmbeddedLog",
+    "TopicDescription",
+    "validate_topic_name",
+]
 
 MAX_PARTITIONS: Final = 10_000
 """Most partitions a topic may have (each is two files)."""
 
 _MARKER: Final = "elastic-log.json"
-_TOPIC_META: Final = "topic.json"
+TOPIC_META: Final = "topic.json"
+"""The file in a topic's directory that holds its partition count."""
 _FORMAT: Final = {"format": "spark-elastic-log", "version": 1}
 # Kafka's legal topic names; '~' is not in them, so temporary names use it.
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -150,6 +157,8 @@ class EmbeddedLog:
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 os.write(fd, json.dumps(_FORMAT).encode())
+                if self._fsync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             self._sync_dir(self._path)
@@ -172,7 +181,7 @@ class EmbeddedLog:
         return sorted(
             entry.name
             for entry in self._path.iterdir()
-            if _TOPIC_NAME.fullmatch(entry.name) and (entry / _TOPIC_META).is_file()
+            if _TOPIC_NAME.fullmatch(entry.name) and (entry / TOPIC_META).is_file()
         )
 
     def create_topic(self, topic: str, partitions: int) -> TopicDescription:
@@ -300,7 +309,10 @@ class EmbeddedLog:
         batches = list(self.read_batches(topic, partition, start, end))
         if not batches:
             return pa.RecordBatch.from_pylist([], schema=record_schema())
-        return pa.concat_batches(batches) if len(batches) > 1 else batches[0]
+        if len(batches) == 1:
+            return batches[0]
+        # Table.combine_chunks rather than pa.concat_batches, which needs pyarrow 19.
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
     def read_batches(
         self,
@@ -357,7 +369,7 @@ class EmbeddedLog:
     def _read_meta(self, topic: str) -> int:
         validate_topic_name(topic)
         try:
-            text = (self._path / topic / _TOPIC_META).read_text()
+            text = (self._path / topic / TOPIC_META).read_text()
         except FileNotFoundError:
             known = ", ".join(self.topics()) or "none"
             raise LogError(f"no topic {topic!r} in {str(self._path)!r} (topics: {known})") from None
@@ -366,18 +378,18 @@ class EmbeddedLog:
         except (ValueError, KeyError, TypeError):
             count = None
         if isinstance(count, bool) or not isinstance(count, int):
-            raise LogError(f"topic {topic!r} has a damaged {_TOPIC_META}: {text[:80]!r}")
+            raise LogError(f"topic {topic!r} has a damaged {TOPIC_META}: {text[:80]!r}")
         return count
 
     def _write_meta(self, topic_dir: Path, topic: str, partitions: int) -> None:
         # Write-then-rename: readers see the old count or the new one, never a torn file.
-        staging = topic_dir / f"{_TOPIC_META}~{uuid.uuid4().hex}"
+        staging = topic_dir / f"{TOPIC_META}~{uuid.uuid4().hex}"
         with open(staging, "w") as out:
             json.dump({"topic": topic, "partitions": partitions}, out)
             out.flush()
             if self._fsync:
                 os.fsync(out.fileno())
-        os.replace(staging, topic_dir / _TOPIC_META)
+        os.replace(staging, topic_dir / TOPIC_META)
         self._sync_dir(topic_dir)
 
     @contextlib.contextmanager

@@ -20,16 +20,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from spark_elastic._log import TOPIC_META, EmbeddedLog
 from spark_elastic._log_storage import Blob, PartitionAppender
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, LogError
-
-if TYPE_CHECKING:
-    from spark_elastic._log import EmbeddedLog
 
 __all__ = ["MAX_RECORD_BYTES", "MAX_TIMESTAMP", "Producer", "SendResult", "SentBatch"]
 
@@ -274,7 +272,7 @@ class Producer:
     def _partition_count(self) -> int:
         # The count changes only by replacing topic.json, which changes its inode:
         # one stat per call instead of a read and a JSON parse.
-        meta = os.stat(self._topic_dir / "topic.json")
+        meta = os.stat(self._topic_dir / TOPIC_META)
         stamp = (meta.st_ino, meta.st_mtime_ns)
         if stamp != self._count_stamp:
             self._count = self._log.partition_count(self._topic)

@@ -196,7 +196,7 @@ def test_large_ranges_read_in_bounded_batches(log: EmbeddedLog) -> None:
 
     batches = list(log.read_batches("t", 0, 10, 1001, max_bytes=100_000))
     assert [b.num_rows for b in batches] == [96] * 10 + [30, 1]
-    offsets = pa.concat_batches(batches).column("offset").to_pylist()
+    offsets = pa.Table.from_batches(batches).column("offset").to_pylist()
     assert offsets == list(range(10, 1001))
     assert log.read("t", 0, 999, 1001).column("value").to_pylist()[1] == b"x" * 150_000
 

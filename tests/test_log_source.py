@@ -181,14 +181,16 @@ def test_a_restarted_query_continues_from_its_checkpoint_without_duplicates(
     assert_df_equality(out.orderBy("partition", "offset"), expected(session, rows))
 
 
-def test_batch_reads_take_starting_and_ending_offsets(
+def test_batch_reads_take_a_pattern_and_starting_and_ending_offsets(
     session: SparkSession, log: EmbeddedLog
 ) -> None:
     log.create_topic("t", 2)
+    log.create_topic("other", 1)
     rows = {p: produce(log, "t", [f"v{p}{i}" for i in range(4)], partition=p) for p in range(2)}
+    produce(log, "other", ["not subscribed"])
     df = (
         session.read.format("elastic-log")
-        .option("subscribe", "t")
+        .option("subscribePattern", "t.*")
         .option("startingOffsets", json.dumps({"t": {"0": 1, "1": -2}}))
         .option("endingOffsets", json.dumps({"t": {"0": 3, "1": -1}}))
         .load(str(log.path))
