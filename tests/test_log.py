@@ -409,7 +409,7 @@ def test_threads_sharing_and_not_sharing_producers_lose_and_duplicate_nothing(
     check_exactly_once(log, acks)
 
 
-def test_processes_appending_at_once_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+def test_processes_appending_at_once_lose_and_duplicate_nothing_while_read(tmp_path: Path) -> None:
     log = EmbeddedLog(tmp_path / "log")
     log.create_topic("t", 2)
     script = """
@@ -433,6 +433,14 @@ print(json.dumps(acks))
         )
         for n in range(4)
     ]
+    # Meanwhile a reader, taking no lock, sees only whole records, densely numbered.
+    reads = 0
+    while any(child.poll() is None for child in children) or reads == 0:
+        for partition, end in log.end_offsets("t").items():
+            batch = log.read("t", partition, 0, end)
+            assert batch.column("offset").to_pylist() == list(range(end))
+            assert all(v.startswith(b"p") for v in batch.column("value").to_pylist())
+        reads += 1
     acks: dict[bytes, tuple[int, int]] = {}
     for child in children:
         out, _ = child.communicate(timeout=120)
