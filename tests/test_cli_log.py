@@ -123,7 +123,7 @@ def test_generate_is_reproducible_and_keyed_like_kafka(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, args: tuple[str, ...], stdin: str | None, message: str
 ) -> None:
-    ok("create", str(tmp_path / "log"), "t", "--partitions", "2")
+    EmbeddedLog(tmp_path / "log").create_topic("t", 2)
     result = cli(*(a.format(dir=tmp_path) for a in args), stdin=stdin)
     assert result.returncode == 2
     assert result.stdout == ""
