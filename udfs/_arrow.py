@@ -21,7 +21,7 @@ from udfs._errors import invalid, type_error, wrong_type
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["KeyBuffers", "Keys", "key_array", "key_buffers", "reject_nulls"]
+__all__ = ["KeyBuffers", "Keys", "key_array", "key_buffers", "null_mask", "reject_nulls"]
 
 Keys: TypeAlias = (
     "Sequence[bytes | str] | npt.NDArray[Any] | pd.Series[Any] | pa.Array | pa.ChunkedArray"

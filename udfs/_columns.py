@@ -56,12 +56,14 @@ def kafka_partition(col: Column | str, n: int) -> Column:
     type fails the Spark task with an ``ArgumentTypeError`` naming ``key``.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType
 
-    count = validate_partitions(n, "n")
     from udfs import _batches
 
-    udf = F.pandas_udf(_batches.kafka_partition, "int")  # type: ignore[call-overload]
-    column: Column = udf(_column(col, "col"), F.lit(count))
+    count = validate_partitions(n, "n")
+    key = _column(col, "col")
+    udf = F.pandas_udf(_batches.kafka_partition, IntegerType())
+    column: Column = udf(key, F.lit(count))
     return column
 
 
@@ -97,11 +99,13 @@ def java_hash_code(col: Column | str) -> Column:
     so the executors' Python must be able to import ``udfs``.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType
 
     from udfs import _batches
 
-    udf = F.pandas_udf(_batches.java_hash_code, "int")  # type: ignore[call-overload]
-    column: Column = udf(_column(col, "col"))
+    key = _column(col, "col")
+    udf = F.pandas_udf(_batches.java_hash_code, IntegerType())
+    column: Column = udf(key)
     return column
 
 
@@ -109,8 +113,8 @@ def _column(col: object, name: str) -> Column:
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    if isinstance(col, str):
-        return F.col(col)
     if isinstance(col, Column):
         return col
+    if isinstance(col, str):
+        return F.col(col)
     raise wrong_type(name, "a Column or column name", col)

@@ -57,10 +57,10 @@ def murmur2(keys: Keys) -> npt.NDArray[np.int32]:
 
     Notes
     -----
-    Cost is one vectorized pass over all keys' bytes plus, per 4-byte block
-    index, two numpy operations over the keys that still have a block there:
-    the number of Python-level steps is the longest key's length / 4, not the
-    number of keys.
+    Keys are processed in lockstep by 4-byte block index: each step is a few
+    numpy operations over all the keys that have a block there, so the number
+    of Python-level steps grows with the longest key's length / 4 (per slice
+    of 16,384 keys), never with the number of keys.
     """
     array = key_array(keys)
     reject_nulls(array)
@@ -115,11 +115,11 @@ def partitions_of(hashes: npt.NDArray[np.uint32], num_partitions: int) -> npt.ND
 
 def murmur2_buffers(keys: KeyBuffers) -> npt.NDArray[np.uint32]:
     """Murmur2 of every key in ``keys``, as uint32 (nulls' slots hash whatever bytes they span)."""
-    offsets = keys.offsets
-    starts = offsets[:-1]
-    lengths = np.diff(offsets)
+    first, last = int(keys.offsets[0]), int(keys.offsets[-1])
+    starts = keys.offsets[:-1] - first
+    lengths = np.diff(keys.offsets)
     # The tail and block reads fetch 4 bytes at once, up to 3 past a key's end.
-    data = np.concatenate([keys.data, np.zeros(4, dtype=np.uint8)])
+    data = np.concatenate([keys.data[first:last], np.zeros(4, dtype=np.uint8)])
     words = _unaligned_words(data)
 
     h = _SEED ^ lengths.astype(np.uint32)
