@@ -26,9 +26,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 import spark_elastic
-from spark_elastic import map_tasks_in_pandas
-from spark_elastic._log import EmbeddedLog
-from spark_elastic._log_source import LOG_SOURCE_FORMAT, register_log_source
+from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, map_tasks_in_pandas, register_log_source
 from spark_elastic._session import local_session
 from spark_elastic.errors import SparkElasticError
 
@@ -93,7 +91,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
         .load()
     )
     per_task = clicks.withVirtualTasks(
-        args.factor, partitions={TOPIC: log.partition_count(TOPIC)}
+        args.factor, partitions=log.partition_counts([TOPIC])
     ).transform(map_tasks_in_pandas(summarize_task, TASK_SUMMARY))
 
     totals: dict[str, int] = {}

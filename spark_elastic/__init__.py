@@ -1,16 +1,20 @@
 """spark-elastic: Samza's task model for Spark Structured Streaming.
 
 Importing this package starts no JVM. The pure-Python task model (names,
-groupers, plans, assignment) loads at once; of pyspark only the DataFrame
-class is touched, to register ``DataFrame.withVirtualTasks``.
+groupers, plans, assignment) loads at once; pyspark is imported only when
+used (``DataFrame.withVirtualTasks`` is registered as soon as pyspark's
+DataFrame module loads, whichever is imported first).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from spark_elastic import errors
 from spark_elastic._buckets import key_bucket
 from spark_elastic._columns import KafkaColumns
-from spark_elastic._extension import register_dataframe_method
+from spark_elastic._extension import register_dataframe_method, register_when_pyspark_loads
 from spark_elastic._groupers import plan_job
 from spark_elastic._model import (
     Lineage,
@@ -36,17 +40,46 @@ from spark_elastic._transforms import VirtualTaskRouting, cogroup, with_virtual_
 
 __version__ = "0.1.0"
 
+# Loaded on first use: the embedded log (and its Spark source, which imports pyspark).
+_LAZY = {
+    "EmbeddedLog": "spark_elastic._log",
+    "TopicDescription": "spark_elastic._log",
+    "Producer": "spark_elastic._log_producer",
+    "register_log_source": "spark_elastic._log_source",
+    "LOG_SOURCE_FORMAT": "spark_elastic._log_source",
+    "KAFKA_SCHEMA": "spark_elastic._log_source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_elastic' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 __all__ = [
+    "KAFKA_SCHEMA",
+    "LOG_SOURCE_FORMAT",
+    "EmbeddedLog",
     "Grouper",
     "JobPlan",
     "KafkaColumns",
     "Lineage",
     "PartitionMapping",
+    "Producer",
     "StreamInput",
     "SystemStreamPartition",
     "TaskKind",
     "TaskModel",
     "TaskName",
+    "TopicDescription",
     "VirtualTaskRouting",
     "__version__",
     "bucket_lineage",
@@ -57,10 +90,12 @@ __all__ = [
     "load_plan_json",
     "map_tasks_in_pandas",
     "plan_job",
+    "register_dataframe_method",
+    "register_log_source",
     "routing_keys",
     "save_plan_json",
     "validate_elasticity_factor",
     "with_virtual_tasks",
 ]
 
-register_dataframe_method()
+register_when_pyspark_loads()

@@ -26,7 +26,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -228,6 +228,16 @@ class EmbeddedLog:
             No such topic.
         """
         return self._read_meta(topic)
+
+    def partition_counts(self, topics: Iterable[str] | str | None = None) -> dict[str, int]:
+        """``{topic: partition count}`` for ``topics`` (default: every topic), in the order given.
+
+        The form ``withVirtualTasks(partitions=...)`` and ``cogroup(partition_counts=...)`` take.
+        """
+        if isinstance(topics, str):
+            topics = [topics]
+        names = self.topics() if topics is None else list(topics)
+        return {topic: self.partition_count(topic) for topic in names}
 
     def grow(self, topic: str, partitions: int) -> TopicDescription:
         """Raise the topic's partition count to ``partitions`` (SEP-5).

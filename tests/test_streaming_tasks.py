@@ -11,9 +11,14 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_elastic import PartitionMapping, map_tasks_in_pandas, plan_job
-from spark_elastic._log import EmbeddedLog
-from spark_elastic._log_source import LOG_SOURCE_FORMAT, register_log_source
+from spark_elastic import (
+    LOG_SOURCE_FORMAT,
+    EmbeddedLog,
+    PartitionMapping,
+    map_tasks_in_pandas,
+    plan_job,
+    register_log_source,
+)
 
 TOPIC = "clicks"
 SEEN = (
@@ -110,7 +115,7 @@ def test_streaming_virtual_tasks_are_exact_and_in_key_order(
     produce(log, 1500, rng, sent)
     routed = (
         stream(spark, log)
-        .withVirtualTasks(4, partitions={TOPIC: 3})
+        .withVirtualTasks(4, partitions=log.partition_counts([TOPIC]))
         .transform(map_tasks_in_pandas(arrivals, SEEN))
     )
     seen = pd.concat(run_available_now(spark, log, routed, tmp_path / "cp"))
