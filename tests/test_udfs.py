@@ -325,6 +325,13 @@ class TestJavaHashCodes:
         key = random_text(random.Random(8), 50_000)
         assert udfs.java_hash_codes([key, "x"]).tolist() == [java_hash_reference(key), 120]
 
+    @pytest.mark.parametrize("key", ["xyz" * 350_001, "ab日\U0001f600" * 300_000])
+    def test_key_longer_than_the_cached_power_tables(self, key: str) -> None:
+        assert udfs.java_hash_codes([key, "hello"]).tolist() == [
+            java_hash_reference(key),
+            99162322,
+        ]
+
     def test_containers_and_slices(self) -> None:
         texts = ["zero", "one", "日本", "", "\U0001f600"]
         expected = [java_hash_reference(t) for t in texts]

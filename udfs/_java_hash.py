@@ -2,10 +2,13 @@
 
 Java hashes a string's UTF-16 code units: ``h = 31 * h + c`` in int
 arithmetic, so ``h = sum(c[j] * 31**(L - 1 - j)) mod 2**32`` for a string of
-``L`` units. Written that way every term is independent: the UTF-8 bytes are
-decoded to code points in bulk, each code point is weighted by the power of
-31 for the units that follow it in its key, and a running sum (uint32,
-wrapping like Java's int) is differenced at key boundaries. An astral
+``L`` units. Written that way every term is independent. 31 is odd, so it
+has an inverse modulo 2**32 and a term can be weighted by position alone:
+with ``e`` the unit index where a character ends and ``E`` where its key
+ends, both counted over the whole batch, ``31**(E - e) = 31**E * 31**-e``.
+So each key's hash is ``31**E`` times a difference of one running sum of
+``c * 31**-e`` over all characters (uint32 arithmetic wraps like Java's
+int). The UTF-8 bytes are decoded to code points in bulk; an astral
 character is two units, the surrogates ``hi, lo``, weighing ``hi * 31 + lo``.
 
 Runs on the driver (:func:`java_hash_codes`) and on executors, once per
@@ -28,6 +31,13 @@ __all__ = ["java_hash_buffers", "java_hash_codes", "utf8_keys"]
 _LEAD_PAYLOAD = np.array([0, 0x7F, 0x1F, 0x0F, 0x07], dtype=np.uint32)
 _JAVA_REPLACE = "udfs.java-utf8-replace"
 _KEYS_PER_SLICE = 16384
+_INVERSE_31 = np.uint32(pow(31, -1, 2**32))
+# Power tables up to this many units are kept between calls (8 bytes a unit).
+_CACHED_POWERS = 1 << 20
+_powers_cache: tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]] = (
+    np.ones(1, dtype=np.uint32),
+    np.ones(1, dtype=np.uint32),
+)
 
 
 def java_hash_codes(keys: Keys) -> npt.NDArray[np.int32]:
@@ -87,8 +97,7 @@ def utf8_keys(array: pa.Array) -> pa.Array:
 def java_hash_buffers(keys: KeyBuffers) -> npt.NDArray[np.uint32]:
     """Java ``String.hashCode`` of every key in ``keys``, which must be valid UTF-8, as uint32."""
     hashes = np.empty(len(keys), dtype=np.uint32)
-    # Slices of keys keep the dozen per-character temporaries in cache
-    # (about 3x faster on 1M keys than whole-array passes).
+    # Slices of keys keep the per-character temporaries small enough to stay in cache.
     for lo in range(0, len(keys), _KEYS_PER_SLICE):
         hi = min(lo + _KEYS_PER_SLICE, len(keys))
         hashes[lo:hi] = _hash_slice(keys.data, keys.offsets[lo : hi + 1])
@@ -103,7 +112,10 @@ def _hash_slice(
     byte_offsets = offsets - first
     if text.size == 0 or int(text.max()) < 0x80:
         # ASCII: one byte is one code point is one UTF-16 unit.
-        return _polynomial(text.astype(np.uint32), byte_offsets, byte_offsets)
+        powers, inverses = _powers(len(text))
+        terms = text.astype(np.uint32)
+        terms *= inverses[1 : len(text) + 1]
+        return _polynomial(terms, byte_offsets, powers[byte_offsets[1:]])
 
     # Continuation bytes (10xxxxxx) extend the code point their lead byte starts.
     is_lead = (text & 0xC0) != 0x80
@@ -114,19 +126,22 @@ def _hash_slice(
     padded = np.concatenate([text, np.zeros(3, dtype=np.uint8)])
     code[multi] = _decode_multibyte(padded, leads[multi], code[multi])
 
-    astral = code >= 0x10000
-    if astral.any():
+    # Key k's characters are the leads at or after its first byte.
+    char_offsets = np.searchsorted(leads, byte_offsets)
+    # unit_ends[i]: UTF-16 units in characters 0..i-1; astral ones count twice.
+    unit_ends = np.arange(len(code) + 1, dtype=np.int64)
+    astral = np.flatnonzero(code >= 0x10000)
+    if astral.size:
         supplement = code[astral] - np.uint32(0x10000)
         high = np.uint32(0xD800) + (supplement >> np.uint32(10))
         low = np.uint32(0xDC00) + (supplement & np.uint32(0x3FF))
         code[astral] = high * np.uint32(31) + low
-
-    lead_count = np.zeros(len(text) + 1, dtype=np.int64)
-    np.cumsum(is_lead, out=lead_count[1:])
-    char_offsets = lead_count[byte_offsets]
-    units_before = np.zeros(len(code) + 1, dtype=np.int64)
-    np.cumsum(1 + astral, out=units_before[1:])
-    return _polynomial(code, char_offsets, units_before[char_offsets], units_before)
+        extra = np.zeros(len(code) + 1, dtype=np.int64)
+        extra[astral + 1] = 1
+        unit_ends += np.cumsum(extra)
+    powers, inverses = _powers(int(unit_ends[-1]))
+    code *= inverses[unit_ends[1:]]
+    return _polynomial(code, char_offsets, powers[unit_ends[char_offsets[1:]]])
 
 
 def _decode_multibyte(
@@ -143,34 +158,38 @@ def _decode_multibyte(
 
 
 def _polynomial(
-    weight: npt.NDArray[np.uint32],
+    terms: npt.NDArray[np.uint32],
     char_offsets: npt.NDArray[np.int64],
-    unit_offsets: npt.NDArray[np.int64],
-    units_before: npt.NDArray[np.int64] | None = None,
+    key_end_powers: npt.NDArray[np.uint32],
 ) -> npt.NDArray[np.uint32]:
-    """``sum(weight[i] * 31**units_after[i]) mod 2**32`` per key.
-
-    Key ``k`` owns characters ``char_offsets[k]:char_offsets[k + 1]`` and
-    UTF-16 units ``unit_offsets[k]:unit_offsets[k + 1]``; ``units_before[i]``
-    is the global unit index where character ``i`` starts (the character
-    index itself when every character is one unit).
-    """
-    chars_per_key = np.diff(char_offsets)
-    unit_end_of_key = np.repeat(unit_offsets[1:], chars_per_key)
-    unit_end_of_char = (
-        np.arange(1, len(weight) + 1, dtype=np.int64) if units_before is None else units_before[1:]
-    )
-    units_after = unit_end_of_key - unit_end_of_char
-    longest = int(np.diff(unit_offsets).max()) if len(chars_per_key) else 0
-    powers = np.ones(max(longest, 1), dtype=np.uint32)
-    if longest > 1:
-        # uint32 products wrap modulo 2**32, as Java's int multiplication does.
-        np.cumprod(np.full(longest - 1, 31, dtype=np.uint32), dtype=np.uint32, out=powers[1:])
-    terms = weight * powers[units_after]
+    """Per key: ``31**E`` (given) times the sum of its characters' ``c * 31**-e`` terms."""
     running = np.zeros(len(terms) + 1, dtype=np.uint32)
     np.cumsum(terms, dtype=np.uint32, out=running[1:])
-    hashes: npt.NDArray[np.uint32] = running[char_offsets[1:]] - running[char_offsets[:-1]]
+    sums = running[char_offsets[1:]] - running[char_offsets[:-1]]
+    hashes: npt.NDArray[np.uint32] = sums * key_end_powers
     return hashes
+
+
+def _powers(units: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """``31**j`` and ``31**-j`` modulo 2**32 for ``j`` in ``0..units``."""
+    global _powers_cache
+    cached = _powers_cache
+    if len(cached[0]) > units:
+        return cached
+    if units >= _CACHED_POWERS:
+        return _power_table(np.uint32(31), units + 1), _power_table(_INVERSE_31, units + 1)
+    # Doubling keeps regrowth rare; replacing the tuple whole keeps readers consistent.
+    size = min(max(units + 1, 2 * len(cached[0])), _CACHED_POWERS)
+    _powers_cache = (_power_table(np.uint32(31), size), _power_table(_INVERSE_31, size))
+    return _powers_cache
+
+
+def _power_table(base: np.uint32, size: int) -> npt.NDArray[np.uint32]:
+    table = np.empty(size, dtype=np.uint32)
+    table[0] = 1
+    # uint32 products wrap modulo 2**32, as Java's int multiplication does.
+    np.cumprod(np.full(size - 1, base, dtype=np.uint32), dtype=np.uint32, out=table[1:])
+    return table
 
 
 def _java_utf8_replace(error: UnicodeError) -> tuple[str, int]:
