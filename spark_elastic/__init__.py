@@ -13,6 +13,7 @@ from typing import Any
 
 from spark_elastic import errors
 from spark_elastic._buckets import key_bucket
+from spark_elastic._checkpoint_show import BucketOffset, CheckpointReport, read_checkpoint
 from spark_elastic._columns import KafkaColumns
 from spark_elastic._extension import register_dataframe_method, register_when_pyspark_loads
 from spark_elastic._groupers import plan_job
@@ -35,7 +36,9 @@ from spark_elastic._plan import (
     load_plan_json,
     save_plan_json,
 )
+from spark_elastic._rescale import RescaleResult, rescale, starting_offsets
 from spark_elastic._routing import routing_keys
+from spark_elastic._stateful import TaskProcessor, TaskState, with_task_state
 from spark_elastic._transforms import VirtualTaskRouting, cogroup, with_virtual_tasks
 
 __version__ = "0.1.0"
@@ -65,6 +68,15 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BucketOffset",
+    "CheckpointReport",
+    "RescaleResult",
+    "TaskProcessor",
+    "TaskState",
+    "read_checkpoint",
+    "rescale",
+    "starting_offsets",
+    "with_task_state",
     "KAFKA_SCHEMA",
     "LOG_SOURCE_FORMAT",
     "EmbeddedLog",

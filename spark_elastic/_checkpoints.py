@@ -31,6 +31,7 @@ __all__ = [
     "BucketCheckpoint",
     "StreamPartitionKey",
     "bucket_start",
+    "cover_start",
     "is_covered",
     "prune_covered",
     "resolve_starts",
@@ -185,3 +186,25 @@ def prune_covered(
         return entries
     mine = own[0].next_offset
     return [e for e in entries if e is own[0] or e.next_offset > mine]
+
+
+def cover_start(
+    checkpoints: Iterable[BucketCheckpoint], key_bucket: int, elasticity_factor: int
+) -> int | None:
+    """The bucket's start from any mix of checkpoints that together cover its keys.
+
+    Splits the bucket into its sub-buckets at the finest factor present; each
+    sub-bucket holds up to the largest checkpoint that contains it, and the
+    bucket up to the smallest of those. Used when no single factor has every
+    descendant (e.g. two queries at different factors each owned part of it);
+    wherever :func:`bucket_start` answers, this answer is never lower.
+    """
+    entries = list(checkpoints)
+    finest = max([elasticity_factor, *(e.elasticity_factor for e in entries)])
+    best: list[int] = []
+    for sub in range(key_bucket, finest, elasticity_factor):
+        covering = [e.next_offset for e in entries if e.covers(sub, finest)]
+        if not covering:
+            return None
+        best.append(max(covering))
+    return min(best)

@@ -22,7 +22,12 @@ EXIT_USAGE = 2
 
 # Subcommand modules, imported only to register their parsers; each keeps its own heavy
 # imports inside its handler so `spark-elastic plan` starts fast.
-_SUBCOMMANDS = ("spark_elastic._cli_plan", "spark_elastic._cli_assign", "spark_elastic._cli_log")
+_SUBCOMMANDS = (
+    "spark_elastic._cli_plan",
+    "spark_elastic._cli_assign",
+    "spark_elastic._cli_log",
+    "spark_elastic._cli_checkpoint",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -9,6 +9,7 @@ import pytest
 from spark_elastic._checkpoints import (
     BucketCheckpoint,
     bucket_start,
+    cover_start,
     is_covered,
     prune_covered,
     resolve_starts,
@@ -110,3 +111,30 @@ def test_bad_checkpoint_is_refused() -> None:
         cp(0, 3, 0)
     with pytest.raises(ArgumentError, match="next_offset"):
         cp(0, 1, -1)
+
+
+def test_cover_start_joins_mixed_factors_no_single_factor_completes() -> None:
+    # Query A owned bucket 0 at 2, query B buckets 1 and 3 at 4: together they cover factor 1.
+    mixed = [cp(0, 2, 70), cp(1, 4, 90), cp(3, 4, 60)]
+    assert bucket_start(mixed, 0, 1) is None
+    assert cover_start(mixed, 0, 1) == 60
+    assert cover_start(mixed[:2], 0, 1) is None  # bucket 3 at 4 unknown
+
+
+def test_cover_start_is_never_below_the_samza_rule() -> None:
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    for _ in range(300):
+        entries = [
+            cp(b, f, rng.randrange(100))
+            for f in rng.sample([1, 2, 4, 8], 3)
+            for b in range(f)
+            if rng.random() < 0.85
+        ]
+        for factor in (1, 2, 4):
+            for b in range(factor):
+                samza = bucket_start(entries, b, factor)
+                if samza is not None:
+                    covered = cover_start(entries, b, factor)
+                    assert covered is not None
+                    assert covered >= samza, f"seed={seed}"
