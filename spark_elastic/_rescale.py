@@ -243,10 +243,6 @@ def _session() -> SparkSession:
 
 
 def _check_target(target: Path, sources: list[Path]) -> None:
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ArgumentError.invalid(
-            "target", "a new or empty checkpoint directory", f"{str(target)!r}, which is not empty"
-        )
     resolved = target.resolve()
     for source in sources:
         if source.resolve() == resolved:
@@ -255,6 +251,10 @@ def _check_target(target: Path, sources: list[Path]) -> None:
                 "a directory other than the sources (they are never modified)",
                 str(target),
             )
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ArgumentError.invalid(
+            "target", "a new or empty checkpoint directory", f"{target} (not empty)"
+        )
 
 
 def _check_one_job(checkpoints: list[SourceCheckpoint]) -> None:
