@@ -164,3 +164,28 @@ def test_grown_topic_keeps_task_names_with_previous_plan(
     assert set(seen["virtual_task"]) <= set(before.task_names())
     # a key keeps its virtual task after the topic grew (SEP-5 + SEP-32)
     assert (seen.groupby("key")["virtual_task"].nunique() == 1).all(), f"seed={seed}"
+
+
+def test_stateless_query_changes_factor_on_restart(
+    spark: SparkSession, log: EmbeddedLog, tmp_path: Path
+) -> None:
+    # A stateless query keeps no state partitions, so the factor may change between runs
+    # on the same checkpoint: no rescale needed (only stateful jobs need one).
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    sent: dict[str, int] = {}
+    checkpoint = tmp_path / "cp"
+    seen = []
+    for factor in (2, 4):
+        produce(log, 300, rng, sent)
+        routed = (
+            stream(spark, log)
+            .withVirtualTasks(factor, partitions=log.partition_counts([TOPIC]))
+            .transform(map_tasks_in_pandas(arrivals, SEEN))
+        )
+        batches = pd.concat(run_available_now(spark, log, routed, checkpoint))
+        names = plan_job([f"kafka.{TOPIC}:3"], elasticity_factor=factor).task_names()
+        assert set(batches["virtual_task"]) <= set(names), f"seed={seed}"
+        assert (batches["spark_partition"] == batches["virtual_task"].map(names.index)).all()
+        seen.append(batches)
+    assert sum(len(b) for b in seen) == 600, f"seed={seed}"  # nothing lost or repeated
