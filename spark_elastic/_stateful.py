@@ -153,7 +153,7 @@ class TaskState:
         """The state of ``key``, or ``default`` if it has none."""
         k = _state_key(key)
         if k not in self._cache:
-            self._cache[k] = self._store.getValue((k,)) if self._store.containsKey((k,)) else None
+            self._cache[k] = self._store.getValue((k,))  # None when absent: one round trip
         value = self._cache[k]
         return default if value is None else tuple(value)
 
@@ -241,12 +241,14 @@ class _ElasticProcessor:
         state_schema: str,
         state_kinds: tuple[str, ...],
         output_columns: tuple[str, ...],
+        bucket_checkpoints: bool = True,
     ) -> None:
         self.user = user
         self.routes = dict(routes)
         self.factor = elasticity_factor
         self.state_schema = state_schema
         self.state_kinds = state_kinds
+        self.bucket_checkpoints = bucket_checkpoints
         self.output_columns = output_columns
 
     # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
@@ -288,12 +290,16 @@ class _ElasticProcessor:
         batch = batch.reset_index(drop=True)
 
         started = time.perf_counter_ns()
-        entries = [(tuple(k), int(v[0])) for k, v in self.checkpoints.iterator()]
+        if self.bucket_checkpoints:
+            entries = [(tuple(k), int(v[0])) for k, v in self.checkpoints.iterator()]
+        else:
+            entries = []
         bucket_started = time.perf_counter_ns()
         skip = _covered(batch, entries)
         bucket_ns = time.perf_counter_ns() - bucket_started
         fresh = batch[~skip]
-        self._advance(fresh, entries, route.key_bucket)
+        if self.bucket_checkpoints:
+            self._advance(fresh, entries, route.key_bucket)
         resolve_ns = time.perf_counter_ns() - started - bucket_ns
 
         if len(fresh):
@@ -396,6 +402,7 @@ def with_task_state(
     hash: HashMode = "spark",
     system: str = "kafka",
     columns: KafkaColumns | Mapping[str, str] | None = None,
+    bucket_checkpoints: bool = True,
 ) -> Callable[[DataFrame], DataFrame]:
     """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
 
@@ -432,6 +439,10 @@ def with_task_state(
     tasks
         Names of the virtual tasks this query owns (default: all). Rows of
         other tasks are dropped before the shuffle; another query owns them.
+    bucket_checkpoints
+        Keep per-bucket checkpoints (default). ``False`` exists to measure
+        their cost: without them a replay is not skipped and the checkpoint
+        cannot be rescaled correctly.
 
     Raises
     ------
@@ -483,7 +494,7 @@ def with_task_state(
 
             routed = routed.filter(F.col("virtual_task").isin(list(owned)))
         routed = routed.repartition(routing.task_count, "routing_key")
-        return _run(spark, processor, routed, routing, checkpoint, spec)
+        return _run(spark, processor, routed, routing, checkpoint, spec, bucket_checkpoints)
 
     return transform
 
@@ -560,6 +571,7 @@ def _run(
     routing: VirtualTaskRouting,
     checkpoint: Path,
     spec: JobSpec,
+    bucket_checkpoints: bool,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -583,6 +595,7 @@ def _run(
         ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in state.fields),
         tuple(_kind_of(f.dataType) for f in state.fields),
         tuple(output.fieldNames()),
+        bucket_checkpoints,
     )
     initial = None
     seed = seed_dir(checkpoint)
