@@ -89,9 +89,19 @@ def main() -> None:
     parser.add_argument("--factor", type=int, default=8, help="key buckets")
     parser.add_argument("--repeat", type=int, default=3, help="runs per method; best is kept")
     parser.add_argument("--cores", type=int, default=2, help="local[cores]")
+    parser.add_argument(
+        "--arrow-batch",
+        type=int,
+        default=10_000,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default 10,000)",
+    )
     args = parser.parse_args()
 
-    spark = local_session("bench-udfs", cores=args.cores)
+    spark = local_session(
+        "bench-udfs",
+        cores=args.cores,
+        conf={"spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch)},
+    )
     from pyspark.sql import functions as F
 
     partitions, factor = args.partitions, args.factor
