@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,3 +31,26 @@ def spark() -> Iterator[SparkSession]:
     session = local_session("spark-elastic-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def run_on_spark_connect() -> Callable[[str], str]:
+    """Run a script in a fresh process with its own local Spark Connect session.
+
+    Spark Connect cannot share this process with the classic session, so the
+    script builds ``SparkSession.builder.remote("local[2]")`` itself; a failed
+    script fails the test with its stderr. Returns the script's stdout.
+    """
+
+    def run(script: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    return run

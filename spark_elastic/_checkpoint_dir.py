@@ -46,6 +46,7 @@ __all__ = [
     "last_batch",
     "never_committed",
     "read_job",
+    "require_job",
     "write_job",
 ]
 
@@ -148,6 +149,20 @@ def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
     except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: cannot read the job file ({exc})") from None
     return JobSpec.from_json(document, str(path))
+
+
+def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") -> JobSpec:
+    """The checkpoint's job, or a clear error if it is missing or not spark-elastic's."""
+    path = Path(checkpoint)
+    if not path.is_dir():
+        raise CheckpointError(f"{role} {str(path)!r} does not exist")
+    job = read_job(path)
+    if job is None:
+        raise CheckpointError(
+            f"{role} {str(path)!r} has no {ELASTIC_DIR}/{JOB_FILE}: it was not written by a "
+            "spark-elastic stateful query"
+        )
+    return job
 
 
 def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:

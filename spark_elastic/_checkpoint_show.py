@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_elastic._checkpoint_dir import JobSpec, last_batch, read_job
+from spark_elastic._checkpoint_dir import JobSpec, last_batch, require_job
 from spark_elastic._groupers import plan_job
 from spark_elastic._routing import routing_keys
-from spark_elastic.errors import CheckpointError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,19 +76,6 @@ class CheckpointReport:
         }
 
 
-def read_job_or_fail(checkpoint: Path) -> JobSpec:
-    """The checkpoint's job, or a clear error if it is not a spark-elastic stateful checkpoint."""
-    if not checkpoint.is_dir():
-        raise CheckpointError(f"checkpoint {str(checkpoint)!r} does not exist")
-    job = read_job(checkpoint)
-    if job is None:
-        raise CheckpointError(
-            f"checkpoint {str(checkpoint)!r} was not written by a spark-elastic stateful query "
-            "(no _spark_elastic/job.json)"
-        )
-    return job
-
-
 def read_checkpoint(
     path: str | os.PathLike[str], spark: SparkSession | None = None
 ) -> CheckpointReport:
@@ -98,7 +84,7 @@ def read_checkpoint(
     from spark_elastic._stateful import CHECKPOINT_STATE
 
     checkpoint = Path(path)
-    job = read_job_or_fail(checkpoint)
+    job = require_job(checkpoint)
     batch = last_batch(checkpoint)
     plan = plan_job(job.inputs, job.grouper, job.elasticity_factor)
     names = dict(zip(routing_keys(plan.task_count).tolist(), plan.task_names(), strict=True))

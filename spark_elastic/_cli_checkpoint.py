@@ -48,9 +48,10 @@ def register(subparsers: Any) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print the checkpoint report."""
-    from spark_elastic._checkpoint_show import format_report, read_checkpoint, read_job_or_fail
+    from spark_elastic._checkpoint_dir import require_job
+    from spark_elastic._checkpoint_show import format_report, read_checkpoint
 
-    read_job_or_fail(Path(args.checkpoint))  # fail fast, before starting Spark
+    require_job(args.checkpoint)  # fail fast, before starting Spark
     report = read_checkpoint(args.checkpoint, _spark())
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)

@@ -87,12 +87,13 @@ def _in_task_order(
         # Routing gives one task per partition; grouping keeps this correct without routing.
         for task, group in rows.groupby("virtual_task", sort=True):
             ordered = group.sort_values(order, kind="stable").reset_index(drop=True)
-            yield from _frames(func(str(task), ordered))
+            yield from frames_of(func(str(task), ordered))
 
     return run
 
 
-def _frames(result: Any) -> Iterator[pd.DataFrame]:
+def frames_of(result: Any) -> Iterator[pd.DataFrame]:
+    """A user function's result as DataFrames: one, an iterable of them, or None."""
     import pandas as pd
 
     if isinstance(result, pd.DataFrame):

@@ -34,13 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic._checkpoint_dir import (
-    JOB_FILE,
     CommittedBatch,
     JobSpec,
     OwnerLock,
-    elastic_dir,
     last_batch,
     read_job,
+    require_job,
     seed_dir,
 )
 from spark_elastic._checkpoints import BucketCheckpoint, bucket_start, cover_start
@@ -130,14 +129,7 @@ def stopped_source(
         last batch did not commit.
     """
     checkpoint = Path(path)
-    if not checkpoint.is_dir():
-        raise CheckpointError(f"source checkpoint {str(checkpoint)!r} does not exist")
-    job = read_job(checkpoint)
-    if job is None:
-        raise CheckpointError(
-            f"source checkpoint {str(checkpoint)!r} has no {elastic_dir(checkpoint).name}/"
-            f"{JOB_FILE}: it was not written by a spark-elastic stateful query"
-        )
+    job = require_job(checkpoint, "source checkpoint")
     _check_stopped(checkpoint, spark)
     batch = last_batch(checkpoint)
     if batch is None:

@@ -40,6 +40,7 @@ from spark_elastic._checkpoint_dir import (
 from spark_elastic._columns import KafkaColumns
 from spark_elastic._groupers import plan_job
 from spark_elastic._model import MAX_ELASTICITY_FACTOR, validate_elasticity_factor
+from spark_elastic._ordered import frames_of
 from spark_elastic._plan import Grouper, JobPlan
 from spark_elastic._transforms import (
     PartitionCounts,
@@ -305,7 +306,7 @@ class _ElasticProcessor:
         if len(fresh):
             state = TaskState(route.name, route.key_bucket, self.factor, self.state)
             user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
-            for out in _frames(self.user.process(state, user_rows)):
+            for out in frames_of(self.user.process(state, user_rows)):
                 yield self._rows(out)
             state.flush()
         yield self._metrics(len(fresh), int(skip.sum()), bucket_ns, resolve_ns)
@@ -375,15 +376,6 @@ def _covered(batch: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]]) ->
             & (offsets < next_offset)
         )
     return skip
-
-
-def _frames(result: Any) -> Iterator[pd.DataFrame]:
-    import pandas as pd
-
-    if isinstance(result, pd.DataFrame):
-        yield result
-    elif result is not None:
-        yield from result
 
 
 # -- the transform ---------------------------------------------------------------------------

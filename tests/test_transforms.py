@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import textwrap
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from chispa import assert_df_equality
@@ -411,13 +410,7 @@ CONNECT_SCRIPT = textwrap.dedent(
 )
 
 
-def test_method_works_on_spark_connect_dataframes() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", CONNECT_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "connect ok" in result.stdout
+def test_method_works_on_spark_connect_dataframes(
+    run_on_spark_connect: Callable[[str], str],
+) -> None:
+    assert "connect ok" in run_on_spark_connect(CONNECT_SCRIPT)

@@ -486,13 +486,5 @@ CONNECT_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_columns_work_on_spark_connect() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", CONNECT_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "connect ok" in result.stdout
+def test_columns_work_on_spark_connect(run_on_spark_connect: Callable[[str], str]) -> None:
+    assert "connect ok" in run_on_spark_connect(CONNECT_SCRIPT)
