@@ -332,16 +332,19 @@ def _apply(
     from pyspark.sql import functions as F
 
     plan = routing.plan
-    task_id = "__spark_elastic_task_id"
+    columns = [*df.columns, "key_bucket", "virtual_task", "routing_key"]
     out = df.withColumn("key_bucket", key_bucket(plan.elasticity_factor, hash, cols))
-    out = out.withColumn(task_id, _task_id_column(routing, system, cols))
-    index = F.col(task_id) + 1
+    task_id = _task_id_column(routing, system, cols)
     out = out.withColumn(
-        "virtual_task", F.element_at(F.expr(_sql_array(plan.task_names())), index)
-    ).withColumn(
-        "routing_key", F.element_at(F.expr(_sql_array(routing.routing_keys)), index).cast("int")
+        "routing_key",
+        F.element_at(F.expr(_sql_array(routing.routing_keys)), task_id + 1).cast("int"),
     )
-    out = out.drop(task_id)
     if route:
         out = out.repartition(routing.task_count, "routing_key")
-    return out
+    # Named after the shuffle, so only a 4-byte key crosses it, not the task name.
+    names = F.expr(
+        f"map_from_arrays({_sql_array(routing.routing_keys)}, {_sql_array(plan.task_names())})"
+    )
+    return out.withColumn("virtual_task", F.element_at(names, F.col("routing_key"))).select(
+        *columns
+    )
