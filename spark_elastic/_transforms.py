@@ -288,18 +288,24 @@ def _task_id_column(routing: VirtualTaskRouting, system: str, cols: KafkaColumns
     from pyspark.sql import functions as F
 
     plan = routing.plan
-    topic, partition = F.col(cols.topic), F.col(cols.partition)
-    base: Column | None = None
+    topic, partition = F.col(cols.topic), F.col(cols.partition).cast("int")
+    factor, bucket = F.lit(plan.elasticity_factor), F.col("key_bucket")
+    task: Column | None = None
     offset = 0
     for stream in plan.inputs:
         count = stream.partition_count
         if stream.system == system:
             bases = plan.ssp_base[offset : offset + count].tolist()
-            lookup = F.try_element_at(F.expr(_sql_array(bases)), partition.cast("int") + 1)
-            condition = topic == F.lit(stream.stream)
-            base = F.when(condition, lookup) if base is None else base.when(condition, lookup)
+            condition = (topic == F.lit(stream.stream)) & (partition >= 0) & (partition < count)
+            if bases == list(range(bases[0], bases[0] + count)):
+                # Most plans number a stream's tasks consecutively: arithmetic, no lookup.
+                base = partition + F.lit(bases[0])
+            else:
+                base = F.element_at(F.expr(_sql_array(bases)), partition + 1)
+            value = base * factor + bucket
+            task = F.when(condition, value) if task is None else task.when(condition, value)
         offset += count
-    if base is None:
+    if task is None:
         raise ArgumentError.invalid(
             "system", f"a system of the plan's inputs ({plan.inputs[0].system!r})", system
         )
@@ -316,9 +322,7 @@ def _task_id_column(routing: VirtualTaskRouting, system: str, cols: KafkaColumns
             ),
         )
     )
-    return F.when(base.isNull(), outside).otherwise(
-        base * F.lit(plan.elasticity_factor) + F.col("key_bucket")
-    )
+    return task.otherwise(outside.cast("int"))
 
 
 def _apply(
