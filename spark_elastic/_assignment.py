@@ -104,7 +104,14 @@ def assign(
     problem = _index(tasks, clients, config)
     owners = _running_owners(problem)
     target, target_standby = _target(problem, owners)
-    placement = _realize(problem, owners, target, target_standby)
+    active = _handed_out_actives(problem, owners, target, target_standby)
+    if active != target and _actives_balanced(problem, active):
+        # The moves that can be made now balance the actives already: the others would
+        # spend warm-ups for nothing, and the next rebalance could not tell what those
+        # warm-ups were for (see _warmups).
+        target = active
+        target_standby = _target_standbys(problem, target)
+    placement = _realize(problem, active, target, target_standby)
     return _result(problem, placement)
 
 
@@ -843,22 +850,24 @@ def _standby_order(problem: _Problem, task: int, client: int) -> tuple[int, int,
 def _target_standbys(problem: _Problem, target: Sequence[int]) -> list[tuple[int, ...]]:
     """Standbys of the target: kept where they are as far as balance allows.
 
-    Each task starts from the replicas it has (warm-ups first: the moves
-    under way), each client's count is clamped into its bounds, clients over
-    their quota shed the standbys that are cheapest to place elsewhere, and
-    the gaps are filled with caught-up, then partly caught-up, then the
-    emptiest clients.
+    Quotas come from the previous standbys, each client's count clamped into
+    its bounds. Warm-ups under way then take the place of a standby on a client
+    above its quota (the move they were started for), clients still above
+    their quota shed the standbys that are cheapest to replace, and the gaps
+    are filled with caught-up, then partly caught-up, then the emptiest
+    clients. Warm-ups do not count towards the quotas, so the quotas, and with
+    them the plan, stay the same while the warm-ups catch up.
     """
     count = problem.standby_count
     if not count:
         return [()] * len(problem.task_ids)
     tasks = [t for t, stateful in enumerate(problem.stateful) if stateful]
-    actives_on = Counter(target[t] for t in tasks)
-    bounds = _standby_bounds(problem, actives_on, len(tasks))
-    held = _held_standbys(problem, tasks, target, _standby_shares(problem, actives_on, len(tasks)))
+    bounds = _standby_bounds(problem, Counter(target[t] for t in tasks), len(tasks))
+    held = _held_standbys(problem, tasks, target)
     load = Counter(c for t in tasks for c in held[t])
     quota = {c: min(max(load[c], bounds[c][0]), bounds[c][1]) for c in problem.staying}
     _fit_in_order(quota, len(tasks) * count, bounds, problem.staying)
+    _adopt_warmups(problem, tasks, target, held, quota, load)
     on_client: dict[int, list[int]] = {c: [] for c in problem.staying}
     for t in tasks:
         for c in held[t]:
@@ -873,6 +882,58 @@ def _target_standbys(problem: _Problem, target: Sequence[int]) -> list[tuple[int
     _fill_from_state(problem, tasks, target, held, quota, load)
     _fill_standbys(problem, tasks, target, held, quota, load)
     return [tuple(sorted(c)) for c in held]
+
+
+def _held_standbys(
+    problem: _Problem, tasks: Sequence[int], target: Sequence[int]
+) -> list[list[int]]:
+    """Per task, its previous standbys (at most the standby count, most caught up first)."""
+    held: list[list[int]] = [[] for _ in problem.task_ids]
+    for t in tasks:
+        ranked = sorted(
+            (c for c in problem.previous_standby[t] if c != target[t] and not problem.leaving[c]),
+            key=lambda c: (problem.recovery_rank(t, c), c),
+        )
+        held[t] = ranked[: problem.standby_count]
+    return held
+
+
+def _adopt_warmups(
+    problem: _Problem,
+    tasks: Sequence[int],
+    target: Sequence[int],
+    held: list[list[int]],
+    quota: Mapping[int, int],
+    load: Counter[int],
+) -> None:
+    """Let each warm-up under way take a standby slot of its task.
+
+    A task short of standbys just gains it. Otherwise the warm-up replaces
+    the standby on the client furthest above its quota, if any is: that is
+    the move it was started for (which standby goes does not matter, both
+    are caught up, as long as each client above its quota loses the right
+    number). Tasks with the fewest such choices go first.
+    """
+    count = problem.standby_count
+    warming = []
+    for t in tasks:
+        for c in sorted(problem.previous_warmup[t]):
+            if c != target[t] and c not in held[t] and not problem.leaving[c]:
+                warming.append((t, c))
+
+    def choices(t: int) -> int:
+        return sum(load[c] > quota.get(c, 0) for c in held[t])
+
+    for t, c in sorted(warming, key=lambda pair: (choices(pair[0]), pair)):
+        if len(held[t]) >= count:
+            over = [z for z in held[t] if load[z] > quota.get(z, 0)]
+            if not over:
+                continue
+            dropped = max(over, key=lambda z: (load[z] - quota.get(z, 0), -z))
+            held[t].remove(dropped)
+            load[dropped] -= 1
+        held[t].append(c)
+        load[c] += 1
 
 
 def _fit_in_order(
@@ -892,37 +953,6 @@ def _fit_in_order(
             return
         quota[c] -= step
         excess -= step
-
-
-def _held_standbys(
-    problem: _Problem,
-    tasks: Sequence[int],
-    target: Sequence[int],
-    shares: Mapping[int, float],
-) -> list[list[int]]:
-    """Per task, the replicas it keeps as standbys if balance allows (at most the standby count).
-
-    Warm-ups come first (the plan under way), then the most caught up, then previous
-    standbys, then the client that ran the task; among equals the client least above its
-    share of standbys, so a task drops the replica on its most overloaded client.
-    """
-    replicas: Counter[int] = Counter()
-    for t in tasks:
-        replicas.update(problem.previous_standby[t] | problem.previous_warmup[t])
-    held: list[list[int]] = [[] for _ in problem.task_ids]
-    for t in tasks:
-        ranked = sorted(
-            (c for c in problem.holders(t) if c != target[t]),
-            key=lambda c: (
-                c not in problem.previous_warmup[t],
-                problem.recovery_rank(t, c),
-                _standby_preference(problem, t, c),
-                replicas[c] - shares[c],
-                c,
-            ),
-        )
-        held[t] = ranked[: problem.standby_count]
-    return held
 
 
 def _replaceability(problem: _Problem, task: int, held: Sequence[int]) -> int:
@@ -1083,12 +1113,13 @@ class _Placement:
     pending: int
 
 
-def _realize(
+def _handed_out_actives(
     problem: _Problem,
     owners: Sequence[int | None],
     target: Sequence[int],
     target_standby: Sequence[tuple[int, ...]],
-) -> _Placement:
+) -> list[int]:
+    """Each task's active client now: the target's where it is caught up, else a caught-up one."""
     active = [-1] * len(problem.task_ids)
     load = [0] * len(problem.client_ids)
     undecided: list[int] = []
@@ -1103,6 +1134,16 @@ def _realize(
         c = _least_behind(problem, t, target, target_standby, load)
         active[t] = c
         load[c] += 1
+    return active
+
+
+def _realize(
+    problem: _Problem,
+    active: Sequence[int],
+    target: Sequence[int],
+    target_standby: Sequence[tuple[int, ...]],
+) -> _Placement:
+    """Standbys and warm-ups next to the active clients handed out, and the moves pending."""
     standby = [
         _next_most_caught_up(problem, t, active[t], {target[t], *target_standby[t]})
         for t in range(len(problem.task_ids))
@@ -1113,7 +1154,7 @@ def _realize(
         + sum(not problem.is_caught_up(t, c) for c in set(target_standby[t]) - set(standby[t]))
         for t in range(len(problem.task_ids))
     )
-    return _Placement(active, standby, warmup, pending)
+    return _Placement(list(active), standby, warmup, pending)
 
 
 def _settled_owner(problem: _Problem, owner: int | None, target: int, task: int) -> int | None:
