@@ -31,7 +31,7 @@ import heapq
 import itertools
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -115,18 +115,6 @@ def assign(
     return _result(problem, placement)
 
 
-def _target(
-    problem: _Problem, owners: Sequence[int | None]
-) -> tuple[list[int], list[tuple[int, ...]]]:
-    """The balanced target: each task's active client and standby clients."""
-    # Warm-ups prepare actives while the actives are unbalanced, standbys after (see _warmups).
-    balanced = _actives_balanced(problem, owners)
-    planned = owners if balanced else _planned_owners(problem, owners)
-    quotas = _active_quotas(problem, planned)
-    target = _target_actives(problem, planned, quotas)
-    return target, _target_standbys(problem, target)
-
-
 def is_balanced(
     assignment: Mapping[str, ClientAssignment],
     tasks: Iterable[TaskSpec],
@@ -158,6 +146,21 @@ def is_balanced(
     return not _balance_violations(problem, assignment)
 
 
+# -- the plan ------------------------------------------------------------------------------------
+
+
+def _target(
+    problem: _Problem, owners: Sequence[int | None]
+) -> tuple[list[int], list[tuple[int, ...]]]:
+    """The balanced target: each task's active client and standby clients."""
+    # Warm-ups prepare actives while the actives are unbalanced, standbys after (see _warmups).
+    balanced = _actives_balanced(problem, owners)
+    planned = owners if balanced else _planned_owners(problem, owners)
+    quotas = _active_quotas(problem, planned)
+    target = _target_actives(problem, planned, quotas)
+    return target, _target_standbys(problem, target)
+
+
 # -- the indexed problem ---------------------------------------------------------------------
 
 
@@ -176,6 +179,8 @@ class _Problem:
     weight: tuple[float, ...]
     """Capacity share among staying clients; 0 for a leaving client."""
     staying: tuple[int, ...]
+    by_weight: tuple[int, ...]
+    """Staying clients, largest capacity first: those with a positive lower bound lead."""
     lags: tuple[dict[int, int], ...]
     """Per task: client to offsets behind (0 where the task ran as active; at most end_offset)."""
     running: tuple[tuple[int, ...], ...]
@@ -293,6 +298,7 @@ def _index(
         leaving=leaving,
         weight=weight,
         staying=staying,
+        by_weight=tuple(sorted(staying, key=lambda c: (-weight[c], c))),
         lags=tuple(lags),
         running=tuple(tuple(owners) for owners in running),
         previous_standby=tuple(frozenset(s) for s in previous_standby),
@@ -370,24 +376,35 @@ def _actives_balanced(problem: _Problem, owners: Sequence[int | None]) -> bool:
     """Whether every task runs on a staying client and the active counts are balanced."""
     if any(c is None or problem.leaving[c] for c in owners):
         return False
-    tolerance = problem.config.balance_tolerance
-    weight = problem.weight
+    return not any(_active_count_checks(problem, _group_counts(problem, owners)))
+
+
+def _active_count_checks(
+    problem: _Problem, counts: Sequence[Mapping[int, int]]
+) -> Iterator[tuple[str, int, tuple[int, int]]]:
+    """The active counts outside their bounds: (what, count, bounds), per group and in total.
+
+    Only the cells that hold tasks or whose lower bound is positive are looked
+    at, so many small groups cost no more than one large one.
+    """
+    tolerance, weight = problem.config.balance_tolerance, problem.weight
     total: Counter[int] = Counter()
-    for g, counts in enumerate(_group_counts(problem, owners)):
+    for g, cell in enumerate(counts):
         size = problem.group_sizes[g]
-        for c in problem.staying:
-            low, high = _share_bounds(size * weight[c], tolerance)
-            if not low <= counts.get(c, 0) <= high:
-                return False
-        total.update(counts)
-    return all(
-        _within(total[c], _share_bounds(len(problem.task_ids) * weight[c], tolerance))
-        for c in problem.staying
-    )
-
-
-def _within(count: int, bounds: tuple[int, int]) -> bool:
-    return bounds[0] <= count <= bounds[1]
+        total.update(cell)
+        for c in problem.by_weight:
+            if (bounds := _share_bounds(size * weight[c], tolerance))[0] == 0:
+                break
+            if c not in cell:
+                yield f"client {problem.client_ids[c]!r}: tasks of group {g}", 0, bounds
+        for c, found in cell.items():
+            bounds = _share_bounds(size * weight[c], tolerance)
+            if not bounds[0] <= found <= bounds[1]:
+                yield f"client {problem.client_ids[c]!r}: tasks of group {g}", found, bounds
+    for c in problem.staying:
+        bounds = _share_bounds(len(problem.task_ids) * weight[c], tolerance)
+        if not bounds[0] <= total[c] <= bounds[1]:
+            yield f"client {problem.client_ids[c]!r}: active tasks", total[c], bounds
 
 
 # -- step 2: how many tasks of each group each client runs -----------------------------------
@@ -484,7 +501,6 @@ def _active_quotas(problem: _Problem, owners: Sequence[int | None]) -> list[dict
     tolerance = problem.config.balance_tolerance
     weight = problem.weight
     current = _group_counts(problem, owners)
-    by_weight = sorted(problem.staying, key=lambda c: (-weight[c], c))
     count = [0] * len(problem.client_ids)
     quotas: list[dict[int, int]] = []
     for g, size in enumerate(problem.group_sizes):
@@ -493,7 +509,7 @@ def _active_quotas(problem: _Problem, owners: Sequence[int | None]) -> list[dict
             low, high = _share_bounds(size * weight[c], tolerance)
             if clamped := min(max(now, low), high):
                 quota[c] = clamped
-        for c in by_weight:
+        for c in problem.by_weight:
             low = _share_bounds(size * weight[c], tolerance)[0]
             if low == 0:
                 break
@@ -1275,39 +1291,27 @@ def _balance_violations(problem: _Problem, assignment: Mapping[str, ClientAssign
     """Why an assignment is not balanced, one line per broken bound (empty when balanced)."""
     client_index = {client_id: c for c, client_id in enumerate(problem.client_ids)}
     task_index = {task_id: t for t, task_id in enumerate(problem.task_ids)}
-    tolerance = problem.config.balance_tolerance
-    active_count: Counter[int] = Counter()
-    group_count: Counter[tuple[int, int]] = Counter()
+    counts: list[dict[int, int]] = [{} for _ in problem.group_sizes]
     stateful_on: Counter[int] = Counter()
     standby_count: Counter[int] = Counter()
+    problems: list[str] = []
     for client_id, tasks in assignment.items():
         c = client_index[client_id]
+        if problem.leaving[c] and tasks.active:
+            problems.append(f"leaving client {client_id!r} still runs {len(tasks.active)} tasks")
+            continue
         for task_id in tasks.active:
             t = task_index[task_id]
-            active_count[c] += 1
-            group_count[problem.group_of[t], c] += 1
+            cell = counts[problem.group_of[t]]
+            cell[c] = cell.get(c, 0) + 1
             stateful_on[c] += problem.stateful[t]
         standby_count[c] += len(tasks.standby)
-    problems = [
-        f"leaving client {problem.client_ids[c]!r} still runs {active_count[c]} tasks"
-        for c in range(len(problem.client_ids))
-        if problem.leaving[c] and active_count[c]
-    ]
-    checks: list[tuple[str, int, tuple[int, int]]] = []
-    for c in problem.staying:
-        name = repr(problem.client_ids[c])
-        total_bounds = _share_bounds(len(problem.task_ids) * problem.weight[c], tolerance)
-        checks.append((f"client {name}: active tasks", active_count[c], total_bounds))
-        for g, size in enumerate(problem.group_sizes):
-            group_bounds = _share_bounds(size * problem.weight[c], tolerance)
-            checks.append((f"client {name}: tasks of group {g}", group_count[g, c], group_bounds))
+    checks = list(_active_count_checks(problem, counts))
     if problem.standby_count:
-        stateful_count = sum(problem.stateful)
-        for c, bounds in _standby_bounds(problem, stateful_on, stateful_count).items():
-            checks.append((f"client {problem.client_ids[c]!r}: standbys", standby_count[c], bounds))
-    problems.extend(
-        f"{what}: {found} outside {low}..{high}"
-        for what, found, (low, high) in checks
-        if not low <= found <= high
-    )
+        for c, bounds in _standby_bounds(problem, stateful_on, sum(problem.stateful)).items():
+            if not bounds[0] <= standby_count[c] <= bounds[1]:
+                checks.append(
+                    (f"client {problem.client_ids[c]!r}: standbys", standby_count[c], bounds)
+                )
+    problems.extend(f"{what}: {found} outside {low}..{high}" for what, found, (low, high) in checks)
     return problems

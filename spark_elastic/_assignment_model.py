@@ -205,7 +205,11 @@ class ClientState:
             raise ArgumentTypeError.wrong_type(
                 f"client {name!r}: capacity", "a number > 0", capacity
             )
-        if not (math.isfinite(capacity) and capacity > 0):
+        try:
+            finite = math.isfinite(capacity)
+        except OverflowError:  # an int too large for a float
+            finite = False
+        if not (finite and capacity > 0):
             raise ArgumentError.invalid(
                 f"client {name!r}: capacity", "a finite number > 0", capacity
             )
