@@ -148,22 +148,22 @@ def _problem(document: object) -> tuple[AssignmentConfig, list[TaskSpec], list[C
     return config, tasks, clients
 
 
-def _config(value: object) -> AssignmentConfig:
-    return AssignmentConfig(**_object(value, "config", _CONFIG_KEYS))
+def _config(value: object, where: str) -> AssignmentConfig:
+    return AssignmentConfig(**_object(value, where, _CONFIG_KEYS))
 
 
-def _task(value: object) -> TaskSpec:
-    return TaskSpec(**_with_id(value, "task", _TASK_KEYS))
+def _task(value: object, where: str) -> TaskSpec:
+    return TaskSpec(**_with_id(value, where, _TASK_KEYS))
 
 
-def _client(value: object) -> ClientState:
-    fields = dict(_with_id(value, "client", _CLIENT_KEYS))
-    previous = _object(fields.pop("previous", {}), "previous", _PREVIOUS_KEYS)
+def _client(value: object, where: str) -> ClientState:
+    fields = dict(_with_id(value, where, _CLIENT_KEYS))
+    previous = _object(fields.pop("previous", {}), f"{where}.previous", _PREVIOUS_KEYS)
     for kind in _PREVIOUS_KEYS:
         if kind in previous:
-            fields[f"previous_{kind}"] = _array(previous[kind], f"previous.{kind}")
+            fields[f"previous_{kind}"] = _array(previous[kind], f"{where}.previous.{kind}")
     if "lags" in fields:
-        fields["lags"] = _object(fields["lags"], "lags", None)
+        fields["lags"] = _object(fields["lags"], f"{where}.lags", None)
     return ClientState(**fields)
 
 
@@ -190,10 +190,10 @@ def _with_id(value: object, where: str, keys: tuple[str, ...]) -> Mapping[str, A
     return fields
 
 
-def _build(where: str, make: Callable[[object], _T], value: object) -> _T:
+def _build(where: str, make: Callable[[object, str], _T], value: object) -> _T:
     """Build a value, naming where in the input it came from when it is refused."""
     try:
-        return make(value)
+        return make(value, where)
     except SparkElasticError as exc:
         message = str(exc)
         if not message.startswith(where):

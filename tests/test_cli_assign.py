@@ -1,0 +1,183 @@
+"""Specification of `spark-elastic assign`, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FULL = 1_000_000
+
+SCALE_OUT = {
+    "config": {"num_standby_replicas": 1},
+    "tasks": [{"id": t, "stateful": True, "group": "g", "end_offset": FULL} for t in "ABC"],
+    "clients": [
+        {
+            "id": "I1",
+            "capacity": 1,
+            "lags": {"B": 0},
+            "previous": {"active": ["A", "C"], "standby": ["B"]},
+            "leaving": False,
+        },
+        {
+            "id": "I2",
+            "lags": {"A": 0, "C": 0},
+            "previous": {"active": ["B"], "standby": ["A", "C"]},
+        },
+        {"id": "I3"},
+    ],
+}
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spark_elastic", "assign", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assign_json(problem: Any) -> dict[str, Any]:
+    result = cli("-", stdin=json.dumps(problem))
+    assert result.returncode == 0, result.stderr
+    output: dict[str, Any] = json.loads(result.stdout)
+    return output
+
+
+def test_assign_reads_a_file_and_prints_the_documented_json(tmp_path: Path) -> None:
+    problem = tmp_path / "problem.json"
+    problem.write_text(json.dumps(SCALE_OUT))
+    result = cli(str(problem))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "assignment": {
+            "I1": {"active": ["A", "C"], "standby": ["B"], "warmup": []},
+            "I2": {"active": ["B"], "standby": ["A", "C"], "warmup": []},
+            "I3": {"active": [], "standby": [], "warmup": ["C"]},
+        },
+        "probing_rebalance": {"needed": True, "after_ms": 600_000},
+        "may_shut_down": [],
+    }
+
+
+def test_assign_reads_stdin_given_a_dash() -> None:
+    output = assign_json(SCALE_OUT)
+    assert output["assignment"]["I3"]["warmup"] == ["C"]
+
+
+def test_assign_prints_one_line_with_compact() -> None:
+    result = cli("--compact", "-", stdin=json.dumps(SCALE_OUT))
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1
+    assert json.loads(result.stdout)["probing_rebalance"]["needed"] is True
+
+
+def test_assign_defaults_every_optional_key() -> None:
+    output = assign_json({"tasks": [{"id": "t1"}, {"id": "t2"}], "clients": [{"id": "c1"}]})
+    assert output == {
+        "assignment": {"c1": {"active": ["t1", "t2"], "standby": [], "warmup": []}},
+        "probing_rebalance": {"needed": False, "after_ms": None},
+        "may_shut_down": [],
+    }
+
+
+def test_absent_lag_means_no_state_and_warmups_reported_back_finish_the_move() -> None:
+    first = {
+        "tasks": [{"id": "t1", "end_offset": FULL}, {"id": "t2", "end_offset": FULL}],
+        "clients": [{"id": "c1", "previous": {"active": ["t1", "t2"]}}, {"id": "c2"}],
+    }
+    assert assign_json(first)["assignment"]["c2"]["warmup"] == ["t2"]
+    caught_up = {
+        "tasks": first["tasks"],
+        "clients": [
+            {"id": "c1", "previous": {"active": ["t1", "t2"]}},
+            {"id": "c2", "lags": {"t2": 0}, "previous": {"warmup": ["t2"]}},
+        ],
+    }
+    output = assign_json(caught_up)
+    assert output["assignment"]["c2"] == {"active": ["t2"], "standby": [], "warmup": []}
+    assert output["probing_rebalance"] == {"needed": False, "after_ms": None}
+
+
+def test_leaving_client_is_listed_once_it_may_shut_down() -> None:
+    output = assign_json(
+        {
+            "config": {"num_standby_replicas": 1},
+            "tasks": [{"id": "t1", "end_offset": FULL}],
+            "clients": [
+                {"id": "old", "previous": {"active": ["t1"]}, "leaving": True},
+                {"id": "new", "lags": {"t1": 0}, "previous": {"standby": ["t1"]}},
+            ],
+        }
+    )
+    assert output["assignment"]["new"]["active"] == ["t1"]
+    assert output["may_shut_down"] == ["old"]
+
+
+@pytest.mark.parametrize(
+    ("stdin", "message"),
+    [
+        ('{"tasks": [', "stdin: not valid JSON"),
+        ("[1, 2]", "input: expected a JSON object"),
+        ('{"tasks": [{"id": "a"}], "clients": [{"id": "x", "capacity": NaN}]}', "NaN"),
+        (
+            '{"tasks": [{"id": "a"}], "clients": [{"id": "x", "lags": {"b": 1}}]}',
+            "unknown task 'b'",
+        ),
+        (
+            '{"tasks": [{"id": "a"}], "clients": [{"id": "x", "capacity": -2}]}',
+            "capacity: expected a finite number > 0, found -2",
+        ),
+        ('{"tasks": [{"id": "a"}, {"id": "a"}], "clients": [{"id": "x"}]}', "duplicate task id"),
+        ('{"tasks": [], "clients": [{"id": "x"}, {"id": "x"}]}', "duplicate client id 'x'"),
+        (
+            '{"config": {"num_standby_replicas": 3}, "tasks": [{"id": "a"}],'
+            ' "clients": [{"id": "x"}, {"id": "y"}]}',
+            "need at least 4 clients",
+        ),
+        ('{"tasks": [{"id": "a", "sateful": true}]}', "found 'sateful'"),
+        ('{"tasks": [{"stateful": true}]}', "tasks[0]: expected an object with an 'id'"),
+        ('{"tasks": [{"id": 7}]}', "tasks[0]: task id: expected a non-empty str"),
+        ('{"config": {"max_warmup_replicas": 0}}', "max_warmup_replicas: expected an int >= 1"),
+        ('{"clients": [{"id": "x", "previous": {"active": "a"}}]}', "previous.active"),
+        ('{"tasks": [{"id": "a"}], "clients": [{"id": "x", "leaving": true}]}', "all leaving"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(stdin: str, message: str) -> None:
+    result = cli("-", stdin=stdin)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("spark-elastic assign: error: ")
+    assert message in lines[0]
+
+
+def test_a_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = cli(str(tmp_path / "absent.json"))
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("cannot read: No such file or directory")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_file_that_is_not_text_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    binary = tmp_path / "problem.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    result = cli(str(binary))
+    assert result.returncode == 2
+    assert "not UTF-8 text" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_assign_without_a_file_is_a_usage_error() -> None:
+    result = cli()
+    assert result.returncode == 2
+    assert "FILE" in result.stderr
