@@ -154,8 +154,7 @@ def _target(
 ) -> tuple[list[int], list[tuple[int, ...]]]:
     """The balanced target: each task's active client and standby clients."""
     # Warm-ups prepare actives while the actives are unbalanced, standbys after (see _warmups).
-    balanced = _actives_balanced(problem, owners)
-    planned = owners if balanced else _planned_owners(problem, owners)
+    planned = _planned_owners(problem, owners, not _actives_balanced(problem, owners))
     quotas = _active_quotas(problem, planned)
     target = _target_actives(problem, planned, quotas)
     return target, _target_standbys(problem, target)
@@ -355,20 +354,34 @@ def _running_owners(problem: _Problem) -> list[int | None]:
     return owners
 
 
-def _planned_owners(problem: _Problem, owners: Sequence[int | None]) -> list[int | None]:
-    """Where each task will run once the active moves under way finish.
+def _planned_owners(
+    problem: _Problem, owners: Sequence[int | None], warmups_move_actives: bool
+) -> list[int | None]:
+    """Where each task will run once the moves under way, or forced now, are done.
 
     Planning from there, not from where tasks run now, keeps the target still
     while warm-ups catch up: the moves already started are part of the
     starting point, so the next target has no reason to pick other ones.
-    Only for warm-ups that prepare actives (see :func:`assign`): a task goes
-    to its warm-up client, the least behind if it has several.
+
+    * While ``warmups_move_actives`` (see :func:`_warmups`), a task counts as
+      running on its warm-up client, the least behind if it has several.
+    * A stateful task that runs nowhere, or on a leaving client, will run on a
+      caught-up staying client now if it has one (the rules say so): it counts
+      as running on the one with the fewest tasks per capacity.
     """
     planned = list(owners)
-    for t, warm in enumerate(problem.previous_warmup):
-        staying = [c for c in warm if not problem.leaving[c]]
-        if staying:
-            planned[t] = min(staying, key=lambda c: (problem.lag(t, c), c))
+    if warmups_move_actives:
+        for t, warm in enumerate(problem.previous_warmup):
+            staying = [c for c in warm if not problem.leaving[c]]
+            if staying:
+                planned[t] = min(staying, key=lambda c: (problem.lag(t, c), c))
+    load = Counter(c for c in planned if c is not None and not problem.leaving[c])
+    weight = problem.weight
+    for t, c in enumerate(planned):
+        if (c is None or problem.leaving[c]) and problem.needs_restore(t) and problem.ready[t]:
+            ready = min(problem.ready[t], key=lambda r: (load[r] / weight[r], r))
+            planned[t] = ready
+            load[ready] += 1
     return planned
 
 
