@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from spark_elastic._assignment import assign, is_balanced
 from spark_elastic._assignment_model import (
@@ -131,7 +132,6 @@ def converge(
         result = assign(tasks, clients, config)
         rebalances += 1
     elapsed = time.perf_counter() - start
-    clients = caught_up(clients, result)
     return Convergence(
         pending, rebalances, elapsed, is_balanced(result.assignment, tasks, clients, config)
     )
@@ -159,7 +159,7 @@ def main() -> int:
         grown = stable + fresh(max(1, shape.clients // 10), "n")
         shrunk = leaving(stable, 0.10)
         row = [
-            seconds(lambda c=clients: assign(tasks, c, config), shape.repeats)
+            seconds(partial(assign, tasks, clients, config), shape.repeats)
             for clients in (cold, stable, grown, shrunk)
         ]
         timing.append(

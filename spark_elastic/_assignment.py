@@ -27,6 +27,7 @@ first (the seed's worked examples keep the lower-numbered tasks in place).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -423,6 +424,7 @@ def _active_count_checks(
 # -- step 2: how many tasks of each group each client runs -----------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _share_bounds(share: float, tolerance: float) -> tuple[int, int]:
     """The counts that are balanced for ``share``: within one task, or within the tolerance."""
     low = math.floor(share + _EPSILON)
@@ -559,29 +561,35 @@ def _fit_columns(
     current: list[dict[int, int]],
     columns: _Columns,
 ) -> None:
+    """Bring every client's total within its bounds, one group unit at a time.
+
+    The heaviest client above its bounds gives to the lightest one that may
+    take more; then the lightest below its bounds takes from the heaviest
+    that may give.
+    """
     tolerance = problem.config.balance_tolerance
-    weight, count, staying = problem.weight, columns.count, problem.staying
+    weight, count = problem.weight, columns.count
     total = len(problem.task_ids)
-    bounds = {c: _share_bounds(total * weight[c], tolerance) for c in staying}
-    groups_of: dict[int, set[int]] = {c: set() for c in staying}
+    bounds = {c: _share_bounds(total * weight[c], tolerance) for c in problem.staying}
+    groups_of: dict[int, set[int]] = {c: set() for c in problem.staying}
     for g, quota in enumerate(quotas):
         for c in quota:
             groups_of[c].add(g)
-
-    def relative(c: int) -> float:
-        return count[c] / weight[c]
-
+    heavy = _LazyHeap(problem.staying, lambda c: -count[c] / weight[c])
+    light = _LazyHeap(problem.staying, lambda c: count[c] / weight[c])
     while True:
-        over = [c for c in staying if count[c] > bounds[c][1]]
-        under = [c for c in staying if count[c] < bounds[c][0]]
-        if not over and not under:
+        donor = heavy.best(lambda c: count[c] > bounds[c][1])
+        if donor is not None:
+            taker = light.best(lambda c: count[c] < bounds[c][1])
+        else:
+            taker = light.best(lambda c: count[c] < bounds[c][0])
+            if taker is None:
+                return
+            donor = heavy.best(lambda c: count[c] > bounds[c][0])
+        if donor is None or taker is None:  # pragma: no cover - the sums make both exist
             return
-        donors = over or [c for c in staying if count[c] > bounds[c][0]]
-        takers = under or [c for c in staying if count[c] < bounds[c][1]]
-        donor = min(donors, key=lambda c: (-relative(c), c))
-        taker = min(takers, key=lambda c: (relative(c), c))
         path = _exchange_path(problem, quotas, current, groups_of, donor, taker)
-        if path is None:  # pragma: no cover - excluded by the flow argument in the docstring
+        if path is None:  # pragma: no cover - excluded by the flow argument in _active_quotas
             return
         for g, source, dest in path:
             quota = quotas[g]
@@ -593,6 +601,37 @@ def _fit_columns(
             groups_of[dest].add(g)
         count[donor] -= 1
         count[taker] += 1
+        for c in (donor, taker):
+            heavy.touch(c)
+            light.touch(c)
+
+
+class _LazyHeap:
+    """Clients by a changing key, smallest first; ``touch`` a client after its key changes."""
+
+    def __init__(self, clients: Iterable[int], key: Callable[[int], float]) -> None:
+        self.key = key
+        self.heap = [(key(c), c) for c in clients]
+        heapq.heapify(self.heap)
+
+    def touch(self, client: int) -> None:
+        heapq.heappush(self.heap, (self.key(client), client))
+
+    def best(self, accept: Callable[[int], bool]) -> int | None:
+        """The client with the smallest key (then index) that ``accept`` takes, if any."""
+        passed: list[tuple[float, int]] = []
+        found = None
+        while self.heap:
+            entry = heapq.heappop(self.heap)
+            if entry[0] != self.key(entry[1]):
+                continue  # stale: a fresher entry was pushed when the key changed
+            passed.append(entry)
+            if accept(entry[1]):
+                found = entry[1]
+                break
+        for entry in passed:
+            heapq.heappush(self.heap, entry)
+        return found
 
 
 def _exchange_path(
@@ -1309,7 +1348,14 @@ def _balance_violations(problem: _Problem, assignment: Mapping[str, ClientAssign
     standby_count: Counter[int] = Counter()
     problems: list[str] = []
     for client_id, tasks in assignment.items():
-        c = client_index[client_id]
+        c = client_index.get(client_id)
+        if c is None:
+            raise AssignmentError(f"assignment: unknown client {client_id!r}")
+        unknown = [t for t in (*tasks.active, *tasks.standby) if t not in task_index]
+        if unknown:
+            raise AssignmentError(
+                f"assignment: client {client_id!r} has unknown task {unknown[0]!r}"
+            )
         if problem.leaving[c] and tasks.active:
             problems.append(f"leaving client {client_id!r} still runs {len(tasks.active)} tasks")
             continue
