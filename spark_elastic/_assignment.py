@@ -7,22 +7,27 @@ on its state; elsewhere it stays where it runs while the target client warms
 up, and a probing rebalance picks the move up later.
 
 Steps, each a small pure function over an indexed view of the input
-(:class:`_Problem`; tasks and clients are numbered in natural order of id):
+(:class:`_Problem`; tasks, groups and clients numbered in natural order of id):
 
-1. :func:`_running_owners` -- where each task runs now.
+1. :func:`_running_owners`, :func:`_planned_owners` -- where each task runs
+   now, and where it will run once the moves under way (warm-ups) and the
+   moves forced now (tasks on no client or on a leaving one) are done.
 2. :func:`_active_quotas` -- how many tasks of each group each client runs
-   in the target: within the balance bounds, as close to now as possible.
+   in the target: within the balance bounds, as close to the plan as possible.
 3. :func:`_target_actives` -- which task goes where, preferring clients that
    are caught up on it (with augmenting paths: a task may go to a caught-up
    client whose own task moves on to *its* caught-up standby).
-4. :func:`_target_standbys` -- standbys for the target, balanced by capacity,
-   most caught-up clients first.
-5. :func:`_realize` -- the assignment handed out now, its warm-ups and the
-   moves still pending.
+4. :func:`_target_standbys` -- standbys for the target, balanced by capacity.
+5. :func:`_handed_out_actives`, :func:`_realize` -- the assignment handed out
+   now: actives, the most caught-up standbys, warm-ups within the budget.
+
+Warm-ups prepare actives while the running actives are unbalanced and
+standbys after (:func:`_warmups`): a warm-up does not say what it is for, so
+this is how the next rebalance knows whether to plan from it as an active.
 
 Tie-breaks, everywhere: lower client index (natural order of client id)
 first; when a client sheds tasks at equal cost, the task that sorts last goes
-first (the seed's worked examples keep the lower-numbered tasks in place).
+first (KIP-441's worked examples keep the lower-numbered tasks in place).
 """
 
 from __future__ import annotations
@@ -283,6 +288,7 @@ def _index(
         )
         for task_lags, warm in zip(lags, previous_warmup, strict=True)
     )
+    sizes = Counter(group_of)
     holders = tuple(
         frozenset(c for c in (*lag, *standby, *warm) if not leaving[c])
         for lag, standby, warm in zip(lags, previous_standby, previous_warmup, strict=True)
@@ -291,7 +297,7 @@ def _index(
         config=config,
         task_ids=tuple(task.id for task in task_list),
         group_of=group_of,
-        group_sizes=tuple(Counter(group_of)[g] for g in range(len(group_names))),
+        group_sizes=tuple(sizes[g] for g in range(len(group_names))),
         stateful=stateful,
         end_offset=tuple(task.end_offset for task in task_list),
         client_ids=tuple(client.id for client in client_list),
