@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -178,6 +178,7 @@ class ClientState:
         or in part). A task it does not list is one it has no state for.
     previous_active
         Tasks it ran as active until this rebalance: they count as caught up.
+        (Any sequence of ids; stored as a tuple, as are the next two.)
     previous_standby
         Tasks it kept as standby replicas until this rebalance.
     previous_warmup
@@ -193,9 +194,9 @@ class ClientState:
     id: str
     capacity: float = 1.0
     lags: Mapping[str, int] = field(default_factory=dict, hash=False)
-    previous_active: tuple[str, ...] = ()
-    previous_standby: tuple[str, ...] = ()
-    previous_warmup: tuple[str, ...] = ()
+    previous_active: Sequence[str] = ()
+    previous_standby: Sequence[str] = ()
+    previous_warmup: Sequence[str] = ()
     leaving: bool = False
 
     def __post_init__(self) -> None:

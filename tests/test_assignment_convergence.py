@@ -249,3 +249,50 @@ def test_cluster_converges_to_balance_within_the_bound_after_every_change(seed: 
         )
         history.append(cluster.change())
     assert typical >= 0.9 * CHANGES, f"seed {seed}: {typical}/{CHANGES} within ceil(P/w) + 2"
+
+
+def odd_input(seed: int) -> tuple[list[TaskSpec], list[ClientState], AssignmentConfig]:
+    """Any consistent input: tasks running twice or nowhere, replicas on leaving clients, ..."""
+    rng = random.Random(seed)
+    tasks = [
+        TaskSpec(
+            f"t{i}",
+            stateful=rng.random() < 0.7,
+            group=rng.choice("ab"),
+            end_offset=rng.choice([0, 5_000, 20_000, 300_000]),
+        )
+        for i in range(rng.randint(0, 15))
+    ]
+    config = AssignmentConfig(
+        acceptable_recovery_lag=rng.choice([0, 10_000]),
+        num_standby_replicas=rng.randint(0, 3),
+        max_warmup_replicas=rng.randint(1, 3),
+        balance_tolerance=rng.choice([0.0, 0.3]),
+    )
+    clients = []
+    for c in range(rng.randint(1, 6)):
+        active = [t.id for t in tasks if rng.random() < 0.25]
+        rest = [t.id for t in tasks if t.stateful and t.id not in active]
+        standby = [t for t in rest if rng.random() < 0.2]
+        warmup = [t for t in rest if t not in standby and rng.random() < 0.1]
+        lags = {t.id: rng.randint(0, 400_000) for t in tasks if t.stateful and rng.random() < 0.3}
+        capacity = rng.choice([0.5, 1.0, 2.0])
+        leaving = rng.random() < 0.25
+        clients.append(ClientState(f"c{c}", capacity, lags, active, standby, warmup, leaving))
+    return tasks, clients, config
+
+
+@pytest.mark.parametrize("block", range(5), ids=lambda block: f"seeds {block * 200}+")
+def test_any_consistent_input_gets_an_assignment_that_follows_every_rule(block: int) -> None:
+    checked = 0
+    for seed in range(block * 200, (block + 1) * 200):
+        tasks, clients, config = odd_input(seed)
+        staying = [c for c in clients if not c.leaving]
+        if (tasks and not staying) or (
+            any(t.stateful for t in tasks) and config.num_standby_replicas >= len(clients)
+        ):
+            continue  # inconsistent: refused with an AssignmentError (see test_assignment.py)
+        result = assign(tasks, clients, config)
+        check_rules(tasks, clients, config, result)
+        checked += 1
+    assert checked > 100
