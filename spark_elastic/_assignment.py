@@ -337,7 +337,7 @@ def _warm_first(clients: list[int], warmed: set[int]) -> tuple[int, ...]:
 def _known_task(task_index: Mapping[str, int], task_id: str, client_id: str, where: str) -> int:
     t = task_index.get(task_id)
     if t is None:
-        raise AssignmentError(f"client {client_id!r}: {where} name unknown task {task_id!r}")
+        raise AssignmentError(f"client {client_id!r}: {where}: unknown task {task_id!r}")
     return t
 
 
