@@ -143,8 +143,9 @@ def main() -> int:
         f"{os.cpu_count()} CPUs; times are the median of the repeats shown.\n"
     )
     timing = [
-        "| shape | Kafka HATaskAssignor | cold start | stable | scale-out +10% | scale-in -10% |",
-        "|---|---|---|---|---|---|",
+        "| shape | Kafka HATaskAssignor | cold start | stable | scale-out +10% | scale-in -10% "
+        "| runs |",
+        "|---|---|---|---|---|---|---|",
     ]
     moves = [
         "| shape | change | max warm-ups w | pending P | rebalances | bound ceil(P/w)+2 "
@@ -165,7 +166,7 @@ def main() -> int:
         timing.append(
             f"| {shape.label} | {shape.kafka} | "
             + " | ".join(f"{t:.2f} s" for t in row)
-            + f" (x{shape.repeats}) |"
+            + f" | {shape.repeats} |"
         )
         budget = AssignmentConfig(
             num_standby_replicas=shape.standbys, max_warmup_replicas=shape.warmups
