@@ -705,6 +705,7 @@ def _exchange_path(
 def _target_actives(
     problem: _Problem, owners: Sequence[int | None], quotas: Sequence[dict[int, int]]
 ) -> list[int]:
+    """Each task's active client in the target, group by group within the quotas."""
     target = [-1] * len(problem.task_ids)
     members: list[list[int]] = [[] for _ in quotas]
     for t, g in enumerate(problem.group_of):
@@ -1267,8 +1268,9 @@ def _next_most_caught_up(
 ) -> tuple[int, ...]:
     """Standbys: the most caught-up staying clients besides the active one.
 
-    Among equally caught-up clients the target's come first, then the
-    previous standbys: that is what makes a balanced assignment stick.
+    Among equally caught-up clients the target's come first, then previous
+    warm-ups, standbys and the previous active: that is what makes a balanced
+    assignment stick.
     """
     count = problem.standby_count
     if not (count and problem.stateful[task]):
@@ -1279,7 +1281,7 @@ def _next_most_caught_up(
         key=lambda c: (
             problem.recovery_rank(task, c),
             c not in targets,
-            c not in problem.previous_standby[task],
+            _standby_preference(problem, task, c),
             c,
         ),
     )
