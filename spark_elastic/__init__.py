@@ -12,6 +12,15 @@ import importlib
 from typing import Any
 
 from spark_elastic import errors
+from spark_elastic._assignment import assign, is_balanced
+from spark_elastic._assignment_model import (
+    AssignmentConfig,
+    AssignmentResult,
+    ClientAssignment,
+    ClientState,
+    ProbingRebalance,
+    TaskSpec,
+)
 from spark_elastic._buckets import key_bucket
 from spark_elastic._checkpoint_show import BucketOffset, CheckpointReport, read_checkpoint
 from spark_elastic._columns import KafkaColumns
@@ -68,6 +77,14 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AssignmentConfig",
+    "AssignmentResult",
+    "ClientAssignment",
+    "ClientState",
+    "ProbingRebalance",
+    "TaskSpec",
+    "assign",
+    "is_balanced",
     "BucketOffset",
     "CheckpointReport",
     "RescaleResult",
