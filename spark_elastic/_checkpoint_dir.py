@@ -32,10 +32,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from spark_elastic._plan import Grouper, StreamInput
 from spark_elastic.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "ELASTIC_DIR",
@@ -46,6 +49,7 @@ __all__ = [
     "last_batch",
     "never_committed",
     "read_job",
+    "read_state",
     "require_job",
     "write_job",
 ]
@@ -163,6 +167,20 @@ def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") ->
             "spark-elastic stateful query"
         )
     return job
+
+
+def read_state(
+    spark: SparkSession, checkpoint: str | os.PathLike[str], variable: str
+) -> DataFrame | None:
+    """One state variable of the last committed batch, via Spark's state data source reader.
+
+    ``None`` when the checkpoint has no state yet.
+    """
+    if not (Path(checkpoint) / "state").is_dir():
+        return None
+    return (
+        spark.read.format("statestore").option("stateVarName", variable).load(os.fspath(checkpoint))
+    )
 
 
 def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_elastic._checkpoint_dir import JobSpec, last_batch, require_job
+from spark_elastic._checkpoint_dir import JobSpec, last_batch, read_state, require_job
 from spark_elastic._groupers import plan_job
 from spark_elastic._routing import routing_keys
 
@@ -80,7 +80,7 @@ def read_checkpoint(
     path: str | os.PathLike[str], spark: SparkSession | None = None
 ) -> CheckpointReport:
     """Each virtual task's bucket checkpoints and how far behind the committed offsets they are."""
-    from spark_elastic._rescale import _read_state, _session
+    from spark_elastic._session import active_or_local_session
     from spark_elastic._stateful import CHECKPOINT_STATE
 
     checkpoint = Path(path)
@@ -90,7 +90,7 @@ def read_checkpoint(
     names = dict(zip(routing_keys(plan.task_count).tolist(), plan.task_names(), strict=True))
     buckets: list[BucketOffset] = []
     if (batch is not None and batch.committed) or (batch is not None and batch.batch_id > 0):
-        stored = _read_state(spark or _session(), checkpoint, CHECKPOINT_STATE)
+        stored = read_state(spark or active_or_local_session(), checkpoint, CHECKPOINT_STATE)
         rows = (
             []
             if stored is None

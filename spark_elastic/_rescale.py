@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from spark_elastic._checkpoint_dir import (
     CommittedBatch,
@@ -39,6 +39,7 @@ from spark_elastic._checkpoint_dir import (
     OwnerLock,
     last_batch,
     read_job,
+    read_state,
     require_job,
     seed_dir,
 )
@@ -53,6 +54,7 @@ from spark_elastic._model import (
 )
 from spark_elastic._plan import JobPlan
 from spark_elastic._routing import routing_keys
+from spark_elastic._session import active_or_local_session
 from spark_elastic.errors import ArgumentError, CheckpointError
 
 if TYPE_CHECKING:
@@ -204,7 +206,7 @@ def rescale(
         raise ArgumentError.invalid("sources", "at least one source checkpoint", [])
     out = Path(target)
     _check_target(out, paths)
-    session = spark if spark is not None else _session()
+    session = spark if spark is not None else active_or_local_session("spark-elastic-rescale")
     checkpoints = [stopped_source(p, session) for p in paths]
     _check_one_job(checkpoints)
     _check_disjoint(checkpoints)
@@ -221,17 +223,6 @@ def rescale(
 
 
 # -- steps -------------------------------------------------------------------------------------
-
-
-def _session() -> SparkSession:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    from spark_elastic._session import local_session
-
-    return local_session("spark-elastic-rescale")
 
 
 def _check_target(target: Path, sources: list[Path]) -> None:
@@ -289,7 +280,7 @@ def _effective_checkpoints(
     entries: list[BucketCheckpoint] = []
     for source in checkpoints:
         system = source.job.system
-        stored = _read_state(spark, source.path, CHECKPOINT_STATE)
+        stored = read_state(spark, source.path, CHECKPOINT_STATE)
         if stored is not None:
             for row in stored.select("user_map_key.*", "user_map_value.*").collect():
                 entries.append(
@@ -302,8 +293,9 @@ def _effective_checkpoints(
                         row.next_offset,
                     )
                 )
+        ids = {name: i for i, name in enumerate(source.plan.task_names())}
         for task in source.owned_tasks():
-            for ssp in _stream_partitions_of(source.plan, task):
+            for ssp in source.plan.task(ids[str(task)]).partitions:
                 committed = source.batch.committed_offset(ssp.stream, ssp.partition)
                 entries.append(
                     BucketCheckpoint(
@@ -316,17 +308,6 @@ def _effective_checkpoints(
                     )
                 )
     return entries
-
-
-def _stream_partitions_of(plan: JobPlan, task: TaskName) -> list[Any]:
-    task_id = plan.task_names().index(str(task))
-    return list(plan.task(task_id).partitions)
-
-
-def _read_state(spark: SparkSession, checkpoint: Path, variable: str) -> DataFrame | None:
-    if not (checkpoint / "state").is_dir():
-        return None
-    return spark.read.format("statestore").option("stateVarName", variable).load(str(checkpoint))
 
 
 def _seeded_checkpoints(
@@ -435,7 +416,7 @@ def _seed_frame(
     factor = plan.elasticity_factor
     moved = []
     for source in checkpoints:
-        stored = _read_state(spark, source.path, USER_STATE)
+        stored = read_state(spark, source.path, USER_STATE)
         if stored is None:
             continue
         old_keys = routing_keys(source.plan.task_count).tolist()

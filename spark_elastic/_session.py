@@ -17,7 +17,7 @@ from spark_elastic.errors import JavaNotFoundError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROCKSDB_PROVIDER", "find_java", "local_session"]
+__all__ = ["ROCKSDB_PROVIDER", "active_or_local_session", "find_java", "local_session"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -85,3 +85,11 @@ def local_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def active_or_local_session(app_name: str = "spark-elastic") -> SparkSession:
+    """The active SparkSession, or a new local one with the recommended settings."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    return active if active is not None else local_session(app_name)

@@ -39,13 +39,14 @@ from spark_elastic._checkpoint_dir import (
 )
 from spark_elastic._columns import KafkaColumns
 from spark_elastic._groupers import plan_job
-from spark_elastic._model import MAX_ELASTICITY_FACTOR, validate_elasticity_factor
+from spark_elastic._model import MAX_ELASTICITY_FACTOR
 from spark_elastic._ordered import frames_of
 from spark_elastic._plan import Grouper, JobPlan
 from spark_elastic._transforms import (
     PartitionCounts,
     VirtualTaskRouting,
-    _stream_inputs,
+    _plan_for,
+    _resolve_factor,
     with_virtual_tasks,
 )
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError
@@ -454,14 +455,14 @@ def with_task_state(
     if not isinstance(job, str) or not job:
         raise ArgumentError.invalid("job", "a non-empty job name", job)
     cols = KafkaColumns.of(columns)
+    kind = Grouper.of(grouper)
+    factor = _resolve_factor(elasticity_factor, plan)
     owned = None if tasks is None else tuple(sorted(set(tasks)))
 
     def transform(df: DataFrame) -> DataFrame:
         spark = df.sparkSession
         job_plan = (
-            plan
-            if plan is not None
-            else _plan_from(df, elasticity_factor, grouper, partitions, system)
+            plan if plan is not None else _plan_for(df, kind, factor, partitions, system, cols)
         )
         spec = JobSpec(
             name=job,
@@ -489,23 +490,6 @@ def with_task_state(
         return _run(spark, processor, routed, routing, checkpoint, spec, bucket_checkpoints)
 
     return transform
-
-
-def _plan_from(
-    df: DataFrame,
-    elasticity_factor: int | None,
-    grouper: Grouper | str,
-    partitions: PartitionCounts | None,
-    system: str,
-) -> JobPlan:
-    if partitions is None:
-        raise ArgumentError.invalid(
-            "partitions", "the input topics' partition counts (or plan=...)", None
-        )
-    if elasticity_factor is None:
-        raise ArgumentError.invalid("elasticity_factor", "a power of two from 1 to 1024", None)
-    factor = validate_elasticity_factor(elasticity_factor)
-    return plan_job(_stream_inputs(partitions, system), grouper, factor)
 
 
 def _check_owned(plan: JobPlan, owned: tuple[str, ...] | None) -> None:

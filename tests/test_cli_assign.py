@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import run_cli
 
 FULL = 1_000_000
 
@@ -34,14 +34,7 @@ SCALE_OUT = {
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spark_elastic", "assign", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli("assign", *args, stdin=stdin)
 
 
 def assign_json(problem: Any) -> dict[str, Any]:

@@ -9,20 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_cli
 
 from spark_elastic._log import EmbeddedLog
 from udfs import kafka_partitions
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spark_elastic", "log", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli("log", *args, stdin=stdin)
 
 
 def ok(*args: str, stdin: str | None = None) -> str:

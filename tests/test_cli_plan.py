@@ -8,16 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spark_elastic", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(*args)
 
 
 def test_plan_prints_a_table_of_tasks() -> None:

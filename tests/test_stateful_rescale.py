@@ -415,3 +415,20 @@ def test_query_refuses_checkpoint_of_another_factor(
     job, checkpoint = stopped_job(spark, tmp_path, seed)
     with pytest.raises(CheckpointError, match="rescale"):
         job.start(checkpoint, 2, None, "", tmp_path / "o2", 100)
+
+
+def test_checkpoint_show_reads_a_running_query(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    query = job.start(checkpoint, 1, None, "", tmp_path / "o2", 100, available_now=False)
+    try:
+        query.processAllAvailable()
+        assert query.isActive
+        report = read_checkpoint(checkpoint, spark)
+    finally:
+        query.stop()
+    ends = job.log.end_offsets(TOPIC)
+    assert report.committed
+    assert report.offsets == {TOPIC: {str(p): o for p, o in ends.items()}}
+    assert {b.virtual_task for b in report.buckets} == {f"Partition {p}" for p in range(2)}
