@@ -10,8 +10,8 @@ Two hash modes, both deterministic across runs, executors and Spark versions:
     factor share factors.
 ``"java"``
     Samza-compatible: ``abs(h) mod factor`` with ``h`` Java's
-    ``String.hashCode`` of the key as UTF-8 text, computed by an Arrow pandas
-    UDF. Where ``h`` is ``Integer.MIN_VALUE`` the bucket is 0 (``abs`` is taken
+    ``String.hashCode`` of the key as UTF-8 text, computed by a vectorized
+    Arrow UDF. Where ``h`` is ``Integer.MIN_VALUE`` the bucket is 0 (``abs`` is taken
     in 64 bits, and ``2**31`` is a multiple of every allowed factor).
 
 A null key hashes its offset instead (SEP-32). For power-of-two factors the

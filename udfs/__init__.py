@@ -1,6 +1,6 @@
 """Kafka's partitioner and Java's ``String.hashCode``, vectorized for numpy and Spark.
 
-Plain numpy functions (no Spark needed) and Arrow pandas UDFs that return
+Plain numpy functions (no Spark needed) and vectorized Arrow UDFs that return
 Spark Columns. Importing this package imports numpy and pyarrow only; pyspark
 and pandas are imported when a Column function is called.
 

@@ -1,7 +1,7 @@
 """Turn the key containers the public functions accept into Arrow binary buffers.
 
 Runs wherever the caller runs: on the driver for the numpy functions, on an
-executor's Python worker (once per Arrow batch) inside the pandas UDFs. Only
+executor's Python worker (once per Arrow batch) inside the Arrow UDFs. Only
 numpy and pyarrow are imported here; a pandas Series is recognised without
 importing pandas.
 """
@@ -65,7 +65,7 @@ def key_array(keys: Keys, name: str = "keys") -> pa.Array:
         raise wrong_type(name, _EXPECTED + " (not a single key)", keys)
     if isinstance(keys, pa.ChunkedArray):
         # One chunk keeps the kernels to a single pass; chunked input is rare
-        # (pandas UDF batches and pa.array results are single arrays).
+        # (UDF batches and pa.array results are single arrays).
         keys = keys.combine_chunks()
     if not isinstance(keys, pa.Array):
         try:

@@ -1,4 +1,4 @@
-"""Spark Column versions of the hashes, as Arrow pandas UDFs.
+"""Spark Column versions of the hashes, as Arrow UDFs.
 
 The functions here run on the driver and only build Columns; pyspark is
 imported inside them so that ``import udfs`` does not load it. The per-batch
@@ -7,12 +7,14 @@ work runs on executors, in :mod:`udfs._batches`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from udfs._errors import wrong_type
 from udfs._murmur2 import validate_partitions
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column
 
 __all__ = ["java_hash_code", "kafka_partition"]
@@ -36,7 +38,7 @@ def kafka_partition(col: Column | str, n: int) -> Column:
     Returns
     -------
     pyspark.sql.Column
-        An int column named ``kafka_partition(<col>, <n>)``; null where the
+        An int column named ``kafka_partition(<col>)``; null where the
         key is null (Kafka's producer does not hash null keys, it gives them
         a sticky partition, which a column cannot reproduce).
 
@@ -49,22 +51,21 @@ def kafka_partition(col: Column | str, n: int) -> Column:
 
     Notes
     -----
-    A vectorized Arrow pandas UDF: executors hash one Arrow batch per call
-    (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) with numpy. The
-    UDF pickles a reference to ``udfs._batches.kafka_partition``, so the
+    A vectorized Arrow UDF (``pyspark.sql.functions.arrow_udf``, the
+    vectorized UDF whose batches arrive as pyarrow arrays rather than pandas
+    Series): executors hash one Arrow batch per call
+    (``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) with numpy over
+    the batch's buffers, without making a Python object per key. The UDF
+    pickles a reference to ``udfs._batches.KafkaPartitioner`` and ``n``, so the
     executors' Python must be able to import ``udfs``. A column of another
     type fails the Spark task with an ``ArgumentTypeError`` naming ``key``.
+    Inside your own pandas UDF, call :func:`udfs.kafka_partitions` on the
+    Series instead.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType
-
     from udfs import _batches
 
     count = validate_partitions(n, "n")
-    key = _column(col, "col")
-    udf = F.pandas_udf(_batches.kafka_partition, IntegerType())
-    column: Column = udf(key, F.lit(count))
-    return column
+    return _arrow_udf(_batches.KafkaPartitioner(count).kafka_partition, _column(col, "col"))
 
 
 def java_hash_code(col: Column | str) -> Column:
@@ -94,17 +95,24 @@ def java_hash_code(col: Column | str) -> Column:
 
     Notes
     -----
-    A vectorized Arrow pandas UDF: executors hash one Arrow batch per call
-    with numpy. The UDF pickles a reference to ``udfs._batches.java_hash_code``,
-    so the executors' Python must be able to import ``udfs``.
+    A vectorized Arrow UDF, like :func:`kafka_partition`: executors hash one
+    Arrow batch per call with numpy. The UDF pickles a reference to
+    ``udfs._batches.java_hash_code``, so the executors' Python must be able to
+    import ``udfs``. Inside your own pandas UDF, call
+    :func:`udfs.java_hash_codes` on the Series instead.
     """
+    from udfs import _batches
+
+    return _arrow_udf(_batches.java_hash_code, _column(col, "col"))
+
+
+def _arrow_udf(func: Callable[[pa.Array], pa.Array], key: Column) -> Column:
+    """``func`` applied to ``key`` as a scalar Arrow UDF returning int."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType
 
-    from udfs import _batches
-
-    key = _column(col, "col")
-    udf = F.pandas_udf(_batches.java_hash_code, IntegerType())
+    # Spark reads the eval type (scalar, pa.Array -> pa.Array) from func's hints.
+    udf = F.arrow_udf(func, IntegerType())
     column: Column = udf(key)
     return column
 
