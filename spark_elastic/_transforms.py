@@ -97,7 +97,8 @@ def with_virtual_tasks(
         Partition counts of the input topics (``{"topic": 8}``, or
         ``["kafka.topic:8"]``; the embedded log's ``partition_counts()``).
         Required for streaming DataFrames unless ``plan`` is given; a batch
-        DataFrame without it derives them from the data.
+        DataFrame without it derives them from the data (max partition + 1),
+        except under the ``cogroup`` grouper, which always needs them.
     plan
         An explicit :class:`JobPlan` (for example one made with a previous
         plan, so grown topics keep their task names).
@@ -174,18 +175,26 @@ def cogroup(
     *dfs
         Kafka-shaped DataFrames, batch or streaming (not mixed).
     partition_counts
-        The topics' partition counts; required for streaming inputs; a batch
-        input without it derives them from the data.
+        Every input topic's partition count (``{"views": 8, "clicks": 12}``,
+        ``["kafka.views:8", ...]``, or the embedded log's
+        ``log.partition_counts(["views", "clicks"])``). Required, for batch
+        inputs too: counts derived from the data would be too low for a topic
+        whose last partitions hold no records, and a wrong gcd sends a key's
+        records from different streams to different tasks without an error.
     elasticity_factor, hash, system, columns
         As for :func:`with_virtual_tasks`.
 
     Raises
     ------
     ArgumentError
-        No DataFrames, a zero or missing partition count.
+        No DataFrames, no partition counts, a zero count, or counts whose
+        gcd groups cannot be formed. A record of a topic or partition not in
+        the counts fails the query when it is read (never a silent misroute).
     """
     if not dfs:
         raise ArgumentError.invalid("dfs", "at least one DataFrame to cogroup", ())
+    if partition_counts is None:
+        raise _cogroup_counts_missing("partition_counts")
     union = dfs[0]
     for df in dfs[1:]:
         union = union.unionByName(df, allowMissingColumns=True)
@@ -237,6 +246,8 @@ def _plan_for(
     cols: KafkaColumns,
 ) -> JobPlan:
     if partitions is None:
+        if kind is Grouper.COGROUP:
+            raise _cogroup_counts_missing("partitions")
         if df.isStreaming:
             raise ArgumentError.invalid(
                 "partitions",
@@ -247,6 +258,17 @@ def _plan_for(
             )
         partitions = _partition_counts_in(df, cols)
     return plan_job(_stream_inputs(partitions, system), kind, factor)
+
+
+def _cogroup_counts_missing(name: str) -> ArgumentError:
+    return ArgumentError.invalid(
+        name,
+        "every input topic's partition count, e.g. {'views': 8, 'clicks': 12} or "
+        "log.partition_counts(['views', 'clicks']); cogroup does not derive them from the "
+        "data, where a topic whose last partitions are empty would get too low a count and "
+        "a wrong gcd",
+        None,
+    )
 
 
 def _stream_inputs(partitions: PartitionCounts, system: str) -> list[StreamInput]:

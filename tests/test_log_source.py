@@ -111,6 +111,30 @@ def test_available_now_reads_everything_in_batches_of_max_offsets(
     assert json.loads(end) == {"t": log.describe("t").to_json()["end_offsets"], "u": {"0": 2}}
 
 
+@pytest.mark.parametrize("options", [{}, {"startingOffsets": "latest"}], ids=["default", "latest"])
+def test_latest_starting_offsets_skip_what_was_there_before_the_query(
+    session: SparkSession, log: EmbeddedLog, tmp_path: Path, options: dict[str, str]
+) -> None:
+    # Like Kafka's source, a streaming query starts at the end of the log unless told otherwise.
+    log.create_topic("t", 2)
+    produce(log, "t", ["a-old", "b-old", "c-old"])
+    writer = (
+        stream(session, log, subscribe="t", **options)
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+    )
+    first = writer.start()
+    first.awaitTermination()
+    assert input_rows(first) == []
+
+    later = produce(log, "t", ["d-new", "e-new"])
+    writer.start().awaitTermination()
+    out = session.read.schema(KAFKA_SCHEMA).parquet(str(tmp_path / "out"))
+    assert_df_equality(out.orderBy("partition", "offset"), expected(session, later))
+
+
 def test_assign_and_json_starting_offsets_select_partitions_and_positions(
     session: SparkSession, log: EmbeddedLog, tmp_path: Path, running: list[StreamingQuery]
 ) -> None:

@@ -10,11 +10,13 @@ import pandas as pd
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_elastic import (
     LOG_SOURCE_FORMAT,
     EmbeddedLog,
     PartitionMapping,
+    cogroup,
     map_tasks_in_pandas,
     plan_job,
     register_log_source,
@@ -88,14 +90,16 @@ def run_available_now(
     return batches
 
 
-def stream(spark: SparkSession, log: EmbeddedLog) -> DataFrame:
+def stream(
+    spark: SparkSession, log: EmbeddedLog, topic: str = TOPIC, max_per_trigger: int = 400
+) -> DataFrame:
     register_log_source(spark)
     return (
         spark.readStream.format(LOG_SOURCE_FORMAT)
         .option("path", str(log.path))
-        .option("subscribe", TOPIC)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 400)
+        .option("maxOffsetsPerTrigger", max_per_trigger)
         .load()
     )
 
@@ -113,8 +117,11 @@ def test_streaming_virtual_tasks_are_exact_and_in_key_order(
     rng = random.Random(seed)
     sent: dict[str, int] = {}
     produce(log, 1500, rng, sent)
+    # A round-robin shuffle first, so the rows reach the routing shuffle out of offset
+    # order: only map_tasks_in_pandas's sort can put each key's records back in order.
     routed = (
         stream(spark, log)
+        .repartition(5)
         .withVirtualTasks(4, partitions=log.partition_counts([TOPIC]))
         .transform(map_tasks_in_pandas(arrivals, SEEN))
     )
@@ -189,3 +196,40 @@ def test_stateless_query_changes_factor_on_restart(
         assert (batches["spark_partition"] == batches["virtual_task"].map(names.index)).all()
         seen.append(batches)
     assert sum(len(b) for b in seen) == 600, f"seed={seed}"  # nothing lost or repeated
+
+
+def test_streaming_cogroup_gives_a_task_every_record_of_its_keys_from_both_topics(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    log = EmbeddedLog(tmp_path / "log", fsync=False)
+    counts = {"views": 4, "clicks": 6}
+    for topic, count in counts.items():
+        log.create_topic(topic, count)
+        keys = [f"user-{rng.randrange(60)}".encode() for _ in range(400)]
+        producer = log.producer(topic)
+        try:
+            producer.send_many(keys, [b"v"] * len(keys))
+        finally:
+            producer.close()
+    views, clicks = (stream(spark, log, topic, max_per_trigger=300) for topic in counts)
+    routed = cogroup(
+        views, clicks, partition_counts=log.partition_counts(list(counts)), elasticity_factor=2
+    ).select(
+        F.col("key").cast("string").alias("key"),
+        "topic",
+        "virtual_task",
+        F.spark_partition_id().alias("spark_partition"),
+    )
+    seen = pd.concat(run_available_now(spark, log, routed, tmp_path / "cp"))
+    assert len(seen) == 800, f"seed={seed}"
+    # gcd(4, 6) = 2 tasks x factor 2: one virtual task per key across both topics.
+    names = plan_job(["kafka.views:4", "kafka.clicks:6"], "cogroup", 2).task_names()
+    assert set(seen["virtual_task"]) == set(names), f"seed={seed}"
+    assert (seen.groupby("key")["virtual_task"].nunique() == 1).all(), f"seed={seed}"
+    both = seen.groupby("key")["topic"].nunique()
+    assert (both == 2).sum() > 40, f"seed={seed}: most keys should appear in both topics"
+    placement = seen.groupby(["batch", "spark_partition"])["virtual_task"].unique()
+    for (batch, partition), tasks in placement.items():
+        assert list(tasks) == [names[partition]], f"seed={seed} batch {batch}"

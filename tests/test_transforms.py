@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import spark_elastic
+import udfs
 from spark_elastic import (
     KafkaColumns,
     PartitionMapping,
@@ -118,6 +119,17 @@ def test_null_key_hashes_its_offset(spark: SparkSession) -> None:
     assert got.filter("offset = 7").select("bucket").distinct().count() == 1
 
 
+def test_java_null_key_hashes_its_offset_as_text(spark: SparkSession) -> None:
+    # Samza's rule in java mode: String.hashCode of the offset's decimal text.
+    df = kafka_df(spark, [(None, "t", 0, 7), (None, "t", 1, 12345), (b"7", "t", 0, 99)], slices=1)
+    got = df.select("offset", key_bucket(16, hash="java").alias("bucket"))
+    # "7".hashCode() == 55 and "12345".hashCode() == 46792755; the key "7" hashes like offset 7.
+    expected = spark.createDataFrame(
+        [(7, 55 % 16), (12345, 46792755 % 16), (99, 55 % 16)], "offset long, bucket int"
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_buckets_stay_balanced_inside_kafka_partitioned_data(
     spark: SparkSession, keys: list[bytes]
 ) -> None:
@@ -136,12 +148,23 @@ def test_buckets_stay_balanced_inside_kafka_partitioned_data(
         assert min(bucket_counts) > 0.4 * mean, f"partition {partition}: {bucket_counts}"
 
 
-def test_murmur2_buckets_would_collapse_to_one_per_partition(keys: list[bytes]) -> None:
-    # The reason the default bucket hash is not Kafka's: with the producer's own hash,
-    # every key of partition p lands in bucket p mod 8.
-    partitions = kafka_partitions(keys, 8)
-    buckets = kafka_partitions(keys, 8)
-    assert all(len(set(buckets[partitions == p].tolist())) == 1 for p in range(8))
+def test_murmur2_buckets_would_collapse_to_one_per_partition(
+    spark: SparkSession, keys: list[bytes]
+) -> None:
+    # The reason the default bucket hash is not Kafka's. Keys placed by the producer's
+    # toPositive(murmur2) % 12: a bucket toPositive(murmur2) % 4 is fixed by the partition
+    # (4 divides 12), so each partition's keys share one bucket, while native buckets of
+    # the same records use all four.
+    df = kafka_df(spark, produced("t", 12, keys))
+    murmur2_bucket = udfs.kafka_partition("key", 4)  # toPositive(murmur2) % 4
+    used = df.groupBy("partition").agg(
+        F.countDistinct(murmur2_bucket).alias("murmur2"),
+        F.countDistinct(key_bucket(4)).alias("native"),
+    )
+    expected = spark.createDataFrame(
+        [(p, 1, 4) for p in range(12)], "partition int, murmur2 long, native long"
+    )
+    assert_df_equality(used, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_java_bucket_is_abs_string_hash_code_mod_factor(spark: SparkSession) -> None:
@@ -340,12 +363,19 @@ def test_cogroup_gives_a_task_every_record_of_its_keys_from_both_streams(
     ]
 
 
-def test_cogroup_derives_partition_counts_of_batch_inputs(
+def test_cogroup_needs_partition_counts_even_for_batch_inputs(
     spark: SparkSession, keys: list[bytes]
 ) -> None:
+    # Counts derived from the data could be too low (a topic's last partitions empty),
+    # and a wrong gcd splits a key's records across tasks without any error.
     views = kafka_df(spark, produced("views", 4, keys))
     clicks = kafka_df(spark, produced("clicks", 6, keys))
-    assert cogroup(views, clicks).select("virtual_task").distinct().count() == 2
+    with pytest.raises(ArgumentError, match="partition_counts: expected every input topic's"):
+        cogroup(views, clicks)
+    with pytest.raises(ArgumentError, match="partitions: expected every input topic's"):
+        views.withVirtualTasks(2, grouper="cogroup")  # type: ignore[attr-defined]
+    both = cogroup(views, clicks, partition_counts={"views": 4, "clicks": 6})
+    assert both.select("virtual_task").distinct().count() == 2
 
 
 def test_cogroup_refuses_nothing_and_zero_counts(spark: SparkSession) -> None:

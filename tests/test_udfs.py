@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
+from pyspark.util import PythonEvalType
 
 import udfs
 from spark_elastic.errors import ArgumentError, ArgumentTypeError
@@ -449,6 +450,16 @@ class TestColumns:
         source = spark.createDataFrame([(b"abc",)], "key binary")
         names = source.select(udfs.kafka_partition("key", 4), udfs.java_hash_code("key")).columns
         assert names == ["kafka_partition(key)", "java_hash_code(key)"]
+
+    def test_columns_are_scalar_arrow_udfs_not_pandas_udfs(self, spark: SparkSession) -> None:
+        # An Arrow UDF hands the hash the batch's buffers; a pandas UDF would first box
+        # every key as a Python bytes object (see the README's UDF benchmark).
+        source = spark.createDataFrame([(b"abc",)], "key binary")
+        query = source.select(udfs.kafka_partition("key", 4), udfs.java_hash_code("key"))
+        plan = query._jdf.queryExecution().executedPlan().toString()
+        evaluations = [line for line in plan.splitlines() if "ArrowEvalPython" in line]
+        assert len(evaluations) == 1, plan
+        assert evaluations[0].rsplit(", ", 1)[1] == str(PythonEvalType.SQL_SCALAR_ARROW_UDF)
 
     def test_wrong_column_type_fails_the_task(self, spark: SparkSession) -> None:
         source = spark.createDataFrame([(1,)], "key int")
