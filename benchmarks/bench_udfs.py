@@ -11,9 +11,9 @@ round) so that a slow spell of the machine hits all methods alike.
 * murmur2: ``udfs.kafka_partition`` (Arrow UDF) vs a pandas UDF calling the
   same numpy function vs a per-row Python ``udf`` running a plain-Python
   transliteration of Kafka's murmur2 (``int.from_bytes`` per 4-byte block);
-* key buckets: Spark's native ``pmod(hash(key), f)`` vs
-  ``pmod(java_hash_code(key), f)`` (Arrow UDF) vs a per-row Python ``udf``
-  computing ``String.hashCode``;
+* key buckets: the library's own ``key_bucket(f)`` (native, the default) vs
+  ``key_bucket(f, hash="java")`` (``String.hashCode`` by the Arrow UDF) vs a
+  per-row Python ``udf`` computing ``abs(String.hashCode) % f``;
 * floors: a scan of the key column alone, which every method pays, and an
   Arrow UDF and a pandas UDF that return a constant without reading their
   input, which every such UDF pays (Spark moving the batches to a Python
@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 import udfs
+from spark_elastic import key_bucket
 from spark_elastic._session import local_session
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def evaluate(df: DataFrame, column: Column) -> Callable[[], None]:
 
 
 def key_frame(spark: SparkSession, shape: str, rows: int, cores: int) -> DataFrame:
-    """``rows`` binary keys of the given shape, cached in memory."""
+    """``rows`` binary keys of the given shape (and an offset each), cached in memory."""
     from pyspark.sql import functions as F
 
     ids = spark.range(rows, numPartitions=cores)
@@ -103,7 +104,7 @@ def key_frame(spark: SparkSession, shape: str, rows: int, cores: int) -> DataFra
         if shape == "user"
         else F.expr("uuid(42)")
     )
-    keys = ids.select(text.cast("binary").alias("key")).persist()
+    keys = ids.select(text.cast("binary").alias("key"), F.col("id").alias("offset")).persist()
     keys.count()
     return keys
 
@@ -161,7 +162,7 @@ def main() -> None:
 
     @F.udf("int", useArrow=False)
     def bucket_per_row(key: bytes) -> int:
-        return java_hash_row(key) % factor
+        return abs(java_hash_row(key)) % factor
 
     @F.pandas_udf("int")
     def partition_pandas(key: pd.Series) -> pd.Series:
@@ -185,12 +186,8 @@ def main() -> None:
         ),
         ("murmur2 partition", "pandas UDF calling `udfs.kafka_partitions`"): partition_pandas(key),
         ("murmur2 partition", "per-row Python `udf`"): partition_per_row(key),
-        ("key bucket", "Spark native `pmod(hash(key), f)` (default)"): F.pmod(
-            F.hash(key), F.lit(factor)
-        ),
-        ("key bucket", "Arrow UDF `pmod(udfs.java_hash_code(key), f)`"): F.pmod(
-            udfs.java_hash_code(key), F.lit(factor)
-        ),
+        ("key bucket", "native `key_bucket(f)` (default)"): key_bucket(factor),
+        ("key bucket", 'Arrow UDF `key_bucket(f, hash="java")`'): key_bucket(factor, "java"),
         ("key bucket", "per-row Python `udf` (String.hashCode)"): bucket_per_row(key),
     }
 

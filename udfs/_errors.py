@@ -1,8 +1,10 @@
 """spark-elastic's argument errors, imported only when one is raised.
 
-``import spark_elastic`` loads pyspark (it adds ``DataFrame.withVirtualTasks``),
-so importing :mod:`spark_elastic.errors` up front would make ``import udfs``
-load pyspark too; the numpy functions must not need it.
+Importing :mod:`spark_elastic.errors` runs ``spark_elastic``'s package
+``__init__``, which loads the whole task model and installs the import hook
+that adds ``DataFrame.withVirtualTasks`` (about 50 modules, no pyspark);
+deferring it until an error is raised keeps ``import udfs``, which the
+producer and Spark's Python workers do, down to numpy and pyarrow.
 """
 
 from __future__ import annotations
