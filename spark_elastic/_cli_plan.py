@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from spark_elastic._groupers import plan_job
-from spark_elastic._plan import Grouper, JobPlan, StreamInput, load_plan_json, save_plan_json
+from spark_elastic._plan import Grouper, JobPlan, StreamInput, load_plan_json, write_plan_json
 
 __all__ = ["register", "run"]
 
@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         processors=args.processors,
     )
     if args.save is not None:
-        save_plan_json(plan, args.save)
+        # Errors name the option, not the API's argument: the user typed --save.
+        write_plan_json(plan, args.save, "--save")
     if args.json:
         json.dump(plan.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -14,7 +14,14 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from spark_elastic._model import TaskKind, TaskName, validate_elasticity_factor
-from spark_elastic._plan import Grouper, IntArray, JobPlan, PartitionMapping, StreamInput
+from spark_elastic._plan import (
+    MAX_PLAN_SIZE,
+    Grouper,
+    IntArray,
+    JobPlan,
+    PartitionMapping,
+    StreamInput,
+)
 from spark_elastic.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -31,7 +38,7 @@ def plan_job(
     inputs: Iterable[StreamInput | str],
     grouper: Grouper | str = Grouper.PARTITION,
     elasticity_factor: int = 1,
-    previous: PartitionMapping | None = None,
+    previous: PartitionMapping | JobPlan | None = None,
     processors: Sequence[str] = (),
 ) -> JobPlan:
     """Plan a job: group its input partitions into tasks, then split tasks into virtual tasks.
@@ -50,11 +57,13 @@ def plan_job(
     elasticity_factor
         Virtual tasks per task, a power of two from 1 to 1024.
     previous
-        The partition mapping of the job's previous plan. Streams that grew
-        keep their task count and key-to-task mapping (SEP-5): new partition
-        ``p`` joins the task of old partition ``p mod old_count``.
+        The job's previous plan, or its partition mapping
+        (:meth:`PartitionMapping.from_plan`, :func:`load_plan_json`). Streams
+        that grew keep their task count and key-to-task mapping (SEP-5): new
+        partition ``p`` joins the task of old partition ``p mod old_count``.
     processors
-        Processor names for the single-task grouper (default: one, ``"0"``).
+        Processor names for the single-task grouper (default: one, ``"0"``);
+        a list or tuple, not a bare ``str``.
 
     Returns
     -------
@@ -64,15 +73,26 @@ def plan_job(
     ------
     ArgumentError
         Bad factor, grouper, inputs or processors.
+    ArgumentTypeError
+        ``previous`` is not a plan or mapping, or ``processors`` is a bare ``str``.
     PartitionExpansionError
         A stream shrank, or grew to a count that is not a multiple of its old one.
     PlanError
         The previous plan used another grouper, or a new cogroup stream does
-        not fit the existing groups.
+        not fit the existing groups, or the plan would have more than
+        :data:`MAX_PLAN_SIZE` (2**24) stream-partition key buckets
+        (partitions x elasticity factor).
     """
     kind = Grouper.of(grouper)
     factor = validate_elasticity_factor(elasticity_factor)
     streams = _validated_inputs(inputs)
+    _check_plan_size(streams, factor)
+    previous = _validated_previous(previous)
+    if isinstance(processors, str):
+        # A str is a Sequence[str]: "ab" would silently become processors "a" and "b".
+        raise ArgumentTypeError.wrong_type(
+            "processors", "a list or tuple of processor names, not a bare str", processors
+        )
     if kind is Grouper.SINGLE:
         return _single_task_plan(streams, factor, processors, previous)
     if processors:
@@ -126,6 +146,30 @@ def _validated_inputs(inputs: Iterable[StreamInput | str]) -> tuple[StreamInput,
     return streams
 
 
+def _check_plan_size(streams: Sequence[StreamInput], factor: int) -> None:
+    """Refuse a plan too large to allocate, before numpy tries (see :data:`MAX_PLAN_SIZE`)."""
+    partitions = sum(s.partition_count for s in streams)
+    if partitions * factor > MAX_PLAN_SIZE:
+        raise PlanError(
+            f"plan: {partitions} stream partitions x elasticity factor {factor} = "
+            f"{partitions * factor} partition key buckets, above the limit of {MAX_PLAN_SIZE} "
+            "(2**24) a plan can hold in memory; use fewer partitions or a smaller factor"
+        )
+
+
+def _validated_previous(previous: object) -> PartitionMapping | None:
+    if previous is None or isinstance(previous, PartitionMapping):
+        return previous
+    if isinstance(previous, JobPlan):
+        return previous.partition_mapping()
+    raise ArgumentTypeError.wrong_type(
+        "previous",
+        "a PartitionMapping or JobPlan (e.g. PartitionMapping.from_plan(plan) or "
+        "load_plan_json(path)), or None",
+        previous,
+    )
+
+
 def _flatten(streams: Sequence[StreamInput]) -> tuple[IntArray, IntArray]:
     """Per stream partition, in plan order: its input index and partition number."""
     counts = np.array([s.partition_count for s in streams], dtype=np.int64)
@@ -174,24 +218,53 @@ def _usual_base_keys(
 
 
 def _cogroup_group_count(streams: Sequence[StreamInput], previous: PartitionMapping | None) -> int:
-    """gcd of the partition counts, counting a grown stream at its count before growth."""
-    counts = [_original_count(s, previous) for s in streams]
-    groups = math.gcd(*counts)
-    if previous is not None and previous.streams:
-        previous_groups = math.gcd(*(len(tasks) for tasks in previous.streams.values()))
-        if groups != previous_groups:
-            misfits = [str(s) for s in streams if s.partition_count % previous_groups]
-            raise PlanError(
-                f"cogroup: the previous plan has {previous_groups} tasks; every new stream "
-                f"needs a multiple of {previous_groups} partitions to join them, found "
-                f"{', '.join(misfits)}"
-            )
+    """gcd of the partition counts; with a previous plan, its group count (SEP-5 keeps it)."""
+    if previous is None or not previous.streams:
+        return math.gcd(*(s.partition_count for s in streams))
+    # Not the gcd of the previous counts: once a stream has grown (4 -> 8 beside 8, still 4
+    # groups) that gcd overstates the groups, and new streams would split keys off them.
+    groups = _previous_cogroup_groups(previous)
+    # Streams of the previous plan keep their tasks (_check_expansion checks their growth).
+    misfits = [
+        str(s)
+        for s in streams
+        if (s.system, s.stream) not in previous.streams and s.partition_count % groups
+    ]
+    if misfits:
+        raise PlanError(
+            f"cogroup: the previous plan has {groups} tasks; every new stream needs a multiple "
+            f"of {groups} partitions to join them, found {', '.join(misfits)}"
+        )
     return groups
 
 
-def _original_count(stream: StreamInput, previous: PartitionMapping | None) -> int:
-    old = None if previous is None else previous.partition_count(stream.system, stream.stream)
-    return stream.partition_count if old is None else old
+def _previous_cogroup_groups(previous: PartitionMapping) -> int:
+    """The previous plan's group count G, after checking that cogroup made the plan.
+
+    A cogroup plan of G tasks has every stream's partition count a multiple of
+    G and partition ``p`` in ``Partition p mod G``. The partition grouper also
+    names its tasks ``Partition i``, and a plan file without a ``grouper`` key
+    cannot say which made it; read as cogroup, a partition-grouper plan would
+    keep one task per partition, and a key of two streams with different counts
+    would land in two tasks.
+    """
+    groups = len({task for tasks in previous.streams.values() for task in tasks})
+    for (system, stream), tasks in previous.streams.items():
+        if len(tasks) % groups:
+            raise PlanError(
+                f"previous plan: {system}.{stream} has {len(tasks)} partitions, not a multiple "
+                f"of the plan's {groups} tasks; the previous plan was not made by the cogroup "
+                "grouper"
+            )
+        for partition, task in enumerate(tasks):
+            if task.partition != partition % groups:
+                raise PlanError(
+                    f"previous plan: partition {partition} of {system}.{stream} is in task "
+                    f"{str(task)!r}, but a cogroup plan of {groups} tasks puts it in "
+                    f"'Partition {partition % groups}'; the previous plan was not made by the "
+                    "cogroup grouper"
+                )
+    return groups
 
 
 def _check_previous_grouper(previous: PartitionMapping, kind: Grouper) -> None:

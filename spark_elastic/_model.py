@@ -142,14 +142,17 @@ class SystemStreamPartition:
         )
 
 
+# Numbers in names are canonical ASCII integers, exactly as ``str(int)`` writes them: ``\d``
+# would also take "00" or non-ASCII digits such as "٣", giving two spellings of one task.
+_INT = r"(?:0|[1-9][0-9]*)"
 _SSP_BODY = (
     r"SystemStreamPartition \[(?P<system>[^,\[\]]+), (?P<stream>[^,\[\]]+), "
-    r"(?P<partition>\d+)(?:, (?P<bucket>\d+))?\]"
+    rf"(?P<partition>{_INT})(?:, (?P<bucket>{_INT}))?\]"
 )
 _SSP_RE = re.compile(_SSP_BODY)
-_SSP_TASK_RE = re.compile(_SSP_BODY + r"(?:_(?P<factor>\d+))?")
+_SSP_TASK_RE = re.compile(_SSP_BODY + rf"(?:_(?P<factor>{_INT}))?")
 _PARTITION_TASK_RE = re.compile(
-    r"Partition (?P<partition>\d+)(?:_(?P<bucket>\d+)_(?P<factor>\d+))?"
+    rf"Partition (?P<partition>{_INT})(?:_(?P<bucket>{_INT})_(?P<factor>{_INT}))?"
 )
 _SINGLE_TASK_RE = re.compile(r"Task-(?P<processor>.+)", re.DOTALL)
 
@@ -340,13 +343,33 @@ def parent_bucket(key_bucket: int, elasticity_factor: int) -> int:
 
     Bucket ``b`` at factor ``f`` is the parent of buckets ``b`` and ``b + f``
     at factor ``2f``.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``key_bucket`` or ``elasticity_factor`` is not an ``int``.
+    ArgumentError
+        The factor is not a valid factor of at least 2, or ``key_bucket`` is
+        outside ``[0, elasticity_factor)``.
     """
     validate_elasticity_factor(elasticity_factor)
     if elasticity_factor == 1:
         raise ArgumentError.invalid(
             "elasticity_factor", "a factor of at least 2 to have a parent", elasticity_factor
         )
+    _validate_bucket(key_bucket, "key_bucket", elasticity_factor, "elasticity_factor")
     return key_bucket % (elasticity_factor // 2)
+
+
+def _validate_bucket(bucket: object, name: str, factor: int, factor_name: str) -> int:
+    # A bucket outside its factor names no keys; modular arithmetic would still answer.
+    if isinstance(bucket, bool) or not isinstance(bucket, int):
+        raise ArgumentTypeError.wrong_type(name, f"an int bucket from 0 to {factor - 1}", bucket)
+    if not 0 <= bucket < factor:
+        raise ArgumentError.invalid(
+            name, f"a bucket from 0 to {factor - 1} ({factor_name}={factor})", bucket
+        )
+    return bucket
 
 
 class Lineage(enum.Enum):
@@ -370,12 +393,17 @@ def bucket_lineage(bucket_a: int, factor_a: int, bucket_b: int, factor_b: int) -
 
     Raises
     ------
+    ArgumentTypeError
+        A bucket is not an ``int``.
     ArgumentError
-        Neither factor divides the other.
+        A factor is not a positive int, a bucket is outside ``[0, factor)``,
+        or neither factor divides the other.
     """
     for name, value in (("factor_a", factor_a), ("factor_b", factor_b)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ArgumentError.invalid(name, "a positive int", value)
+    _validate_bucket(bucket_a, "bucket_a", factor_a, "factor_a")
+    _validate_bucket(bucket_b, "bucket_b", factor_b, "factor_b")
     if factor_a % factor_b and factor_b % factor_a:
         raise ArgumentError.invalid(
             "factor_b",

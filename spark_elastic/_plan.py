@@ -9,9 +9,11 @@ and task names are built only when someone looks at them.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,8 @@ from spark_elastic._model import SystemStreamPartition, TaskKind, TaskName
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, PlanError
 
 __all__ = [
+    "MAX_PARTITION_COUNT",
+    "MAX_PLAN_SIZE",
     "Grouper",
     "JobPlan",
     "PartitionMapping",
@@ -35,6 +39,17 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
+
+MAX_PARTITION_COUNT = 2**31 - 1
+"""The most partitions a stream can have: Kafka numbers partitions with an int32."""
+
+MAX_PLAN_SIZE = 2**24
+"""The most stream-partition key buckets (partitions x elasticity factor) a plan may hold.
+
+Planning takes about 75 bytes per stream partition (measured), so the limit
+keeps a plan near or under 1.2 GiB; beyond it numpy would fail with a
+``MemoryError`` or the operating system would kill the process.
+"""
 
 
 class Grouper(enum.Enum):
@@ -97,9 +112,12 @@ class StreamInput:
             raise ArgumentTypeError.wrong_type(
                 f"partition count of {self.system}.{self.stream}", "a positive int", count
             )
-        if count < 1:
+        if not 1 <= count <= MAX_PARTITION_COUNT:
             raise ArgumentError.invalid(
-                f"partition count of {self.system}.{self.stream}", "at least 1", count
+                f"partition count of {self.system}.{self.stream}",
+                f"at least 1 and at most {MAX_PARTITION_COUNT} (Kafka numbers partitions with "
+                "an int32)",
+                count,
             )
 
     @classmethod
@@ -107,7 +125,8 @@ class StreamInput:
         """Parse ``system.stream:count``, the form ``spark-elastic plan --input`` takes."""
         system, dot, rest = text.partition(".")
         stream, colon, count = rest.rpartition(":")
-        if not (dot and colon and system and stream and count.isdigit()):
+        # ASCII digits only: str.isdigit() also takes "²" and "٣", which int() then refuses.
+        if not (dot and colon and system and stream and re.fullmatch(r"[0-9]+", count)):
             raise ArgumentError.invalid(
                 "input", "'system.stream:partition_count', e.g. 'kafka.PVE:8'", text
             )
@@ -409,14 +428,19 @@ class PartitionMapping:
         """
         if not isinstance(document, dict) or not isinstance(document.get("tasks"), list):
             raise PlanError(f"{source}: expected a JSON object with a 'tasks' list")
-        grouper = document.get("grouper")
+        grouper = _document_grouper(document.get("grouper"), source)
         found: dict[tuple[str, str], dict[int, TaskName]] = {}
+        kinds: set[TaskKind] = set()
         try:
             for task in document["tasks"]:
                 base = TaskName.parse(task["name"]).base
+                kinds.add(base.kind)
                 for part in task["partitions"]:
                     key = (str(part["system"]), str(part["stream"]))
-                    partition = int(part["partition"])
+                    partition = _partition_number(part["partition"], key, source)
+                    if base.kind is TaskKind.SINGLE:
+                        # Every single-task-grouper task reads every partition: no mapping.
+                        continue
                     seen = found.setdefault(key, {}).setdefault(partition, base)
                     if seen != base:
                         raise PlanError(
@@ -427,6 +451,8 @@ class PartitionMapping:
             if isinstance(exc, PlanError):
                 raise
             raise PlanError(f"{source}: malformed task entry ({exc})") from None
+        if TaskKind.SINGLE in kinds:
+            return cls._single_from_json(grouper, kinds, source)
         streams: dict[tuple[str, str], tuple[TaskName, ...]] = {}
         for key, by_partition in found.items():
             if sorted(by_partition) != list(range(len(by_partition))):
@@ -435,7 +461,45 @@ class PartitionMapping:
                     f"{len(by_partition) - 1}, found {sorted(by_partition)}"
                 )
             streams[key] = tuple(by_partition[p] for p in range(len(by_partition)))
-        return cls(None if grouper is None else Grouper.of(grouper), streams)
+        return cls(grouper, streams)
+
+    @classmethod
+    def _single_from_json(
+        cls, grouper: Grouper | None, kinds: set[TaskKind], source: str
+    ) -> PartitionMapping:
+        """The empty mapping of a single-task-grouper plan, as :meth:`from_plan` makes it."""
+        if kinds != {TaskKind.SINGLE}:
+            raise PlanError(
+                f"{source}: expected the tasks of one grouper, found 'Task-<processor>' tasks "
+                "beside tasks of another grouper"
+            )
+        if grouper is not None and grouper is not Grouper.SINGLE:
+            raise PlanError(
+                f"{source}: the plan says grouper {grouper.value!r} but its tasks are "
+                "'Task-<processor>' tasks of the 'single' grouper"
+            )
+        return cls(Grouper.SINGLE, {})
+
+
+def _document_grouper(value: object, source: str) -> Grouper | None:
+    if value is None:
+        return None
+    choices = [g.value for g in Grouper]
+    if not isinstance(value, str) or value not in choices:
+        expected = ", ".join(map(repr, choices))
+        raise PlanError(f"{source}: 'grouper': expected one of {expected}, found {value!r}")
+    return Grouper(value)
+
+
+def _partition_number(value: object, stream: tuple[str, str], source: str) -> int:
+    # JSON numbers arrive as int, float (1.0, 1e400 -> inf) or bool; only a plain int is a
+    # partition, so int() must not round, truncate or overflow its way to one.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(
+            f"{source}: partition of {stream[0]}.{stream[1]}: expected a non-negative integer, "
+            f"found {value!r}"
+        )
+    return value
 
 
 def save_plan_json(plan: JobPlan, path: str | os.PathLike[str]) -> None:
@@ -443,20 +507,71 @@ def save_plan_json(plan: JobPlan, path: str | os.PathLike[str]) -> None:
 
     The file is written to a temporary sibling, flushed to disk and renamed
     over ``path``, so a reader sees the old plan or the new one, never half.
+    Missing parent directories are created.
+
+    Raises
+    ------
+    PlanError
+        ``path`` cannot be written: it is a directory, or a parent cannot be
+        created, or the disk refused. Nothing is left behind: no temporary
+        file and no directory this call created.
     """
+    write_plan_json(plan, path, "path")
+
+
+def write_plan_json(plan: JobPlan, path: str | os.PathLike[str], name: str) -> None:
+    """:func:`save_plan_json`, naming the path ``name`` in errors (the CLI passes ``--save``)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if target.is_dir():
+        raise PlanError(
+            f"{name}: expected a file to write the plan to, found directory {os.fspath(path)!r}"
+        )
+    created = _missing_parents(target)
+    existing = created[-1].parent if created else target.parent
+    if existing.exists() and not existing.is_dir():
+        raise PlanError(
+            f"{name}: expected a file path whose parents are directories, found "
+            f"{os.fspath(path)!r} ({os.fspath(existing)!r} is not a directory)"
+        )
+    tmp: str | None = None
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(plan.to_json(), out, separators=(",", ":"))
             out.write("\n")
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        _remove_partial(tmp, created)
+        raise PlanError(
+            f"{name}: expected a writable file path for the plan, found {os.fspath(path)!r} "
+            f"({exc.strerror or exc})"
+        ) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove_partial(tmp, created)
         raise
+
+
+def _missing_parents(target: Path) -> list[Path]:
+    """The parent directories of ``target`` that do not exist yet, deepest first."""
+    missing = []
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing
+
+
+def _remove_partial(tmp: str | None, created: list[Path]) -> None:
+    # Best effort: the original error matters more than a failure to clean up after it.
+    if tmp is not None:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink(missing_ok=True)
+    for directory in created:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def load_plan_json(path: str | os.PathLike[str]) -> PartitionMapping:

@@ -59,6 +59,53 @@ def test_plan_reads_previous_json_and_saves_the_new_plan(tmp_path: Path) -> None
     assert [len(t["partitions"]) for t in saved["tasks"]] == [2, 2]
 
 
+def test_single_grouper_plan_round_trips_through_previous(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    single = ["--grouper", "single", "--processor", "a", "--processor", "b"]
+    first = cli("plan", "--input", "kafka.A:2", *single, "--save", str(plan_file))
+    assert first.returncode == 0, first.stderr
+    again = cli("plan", "--input", "kafka.A:4", *single, "--previous", str(plan_file), "--json")
+    assert again.returncode == 0, again.stderr
+    assert [t["name"] for t in json.loads(again.stdout)["tasks"]] == ["Task-a", "Task-b"]
+
+
+def test_cogroup_refuses_a_partition_grouper_previous_plan_naming_the_stream(
+    tmp_path: Path,
+) -> None:
+    # The JSON without a "grouper" key: only the tasks say how partitions were grouped.
+    document = json.loads(
+        cli("plan", "--input", "kafka.PVE:4", "--input", "kafka.URE:2", "--json").stdout
+    )
+    del document["grouper"]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(document))
+    result = cli(
+        "plan",
+        "--input",
+        "kafka.PVE:4",
+        "--input",
+        "kafka.URE:2",
+        "--grouper",
+        "cogroup",
+        "--previous",
+        str(plan_file),
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "kafka.URE has 2 partitions" in result.stderr
+    assert "not made by the cogroup grouper" in result.stderr
+
+
+def test_save_that_fails_prints_no_plan_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    result = cli("plan", "--input", "kafka.A:1", "--save", str(tmp_path / "afile" / "x.json"))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("spark-elastic plan: error: --save: ")
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+    assert (tmp_path / "afile").read_text() == ""
+
+
 def test_single_grouper_takes_processors() -> None:
     result = cli(
         "plan",
@@ -75,6 +122,17 @@ def test_single_grouper_takes_processors() -> None:
     assert [t["name"] for t in json.loads(result.stdout)["tasks"]] == ["Task-x", "Task-y"]
 
 
+# Previous-plan files for the bad-argument cases; "{tmp}" in an argument is their directory.
+BAD_PREVIOUS_FILES = {
+    "inf.json": '{"tasks": [{"name": "Partition 0", "partitions": '
+    '[{"system": "kafka", "stream": "A", "partition": 1e400}]}]}',
+    "float.json": '{"tasks": [{"name": "Partition 0", "partitions": '
+    '[{"system": "kafka", "stream": "A", "partition": 0.0}]}]}',
+    "bool.json": '{"tasks": [{"name": "Partition 0", "partitions": '
+    '[{"system": "kafka", "stream": "A", "partition": false}]}]}',
+}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -85,10 +143,26 @@ def test_single_grouper_takes_processors() -> None:
         (["--input", "kafka.A:2", "--grouper", "single", "--elasticity-factor", "2"], "single"),
         (["--input", "kafka.A:2", "--previous", "/nonexistent/plan.json"], "does not exist"),
         ([], "required: --input"),
+        (["--input", "kafka.A:2", "--save", "/tmp"], "--save: expected a file"),
+        (["--input", "kafka.A:2", "--save", "{tmp}"], "--save: expected a file"),
+        (["--input", "kafka.A:2", "--save", "/dev/null/plan.json"], "--save: "),
+        (["--input", "kafka.A:2", "--save", "{tmp}/inf.json/sub/x.json"], "--save: "),
+        (["--input", "kafka.A:\u00b2"], "system.stream:partition_count"),
+        (["--input", "kafka.A:99999999999999"], "at most 2147483647"),
+        (["--input", "kafka.A:2147483647"], "limit of 16777216 (2**24)"),
+        (["--input", "kafka.A:16384", "--elasticity-factor", "2048"], "elasticity_factor"),
+        (["--input", "kafka.A:16385", "--elasticity-factor", "1024"], "limit of 16777216"),
+        (["--input", "kafka.A:1", "--previous", "{tmp}/inf.json"], "found inf"),
+        (["--input", "kafka.A:1", "--previous", "{tmp}/float.json"], "found 0.0"),
+        (["--input", "kafka.A:1", "--previous", "{tmp}/bool.json"], "found False"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args: list[str], message: str) -> None:
-    result = cli("plan", *args)
+def test_bad_arguments_exit_2_with_one_line_and_no_traceback(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    for name, content in BAD_PREVIOUS_FILES.items():
+        (tmp_path / name).write_text(content)
+    result = cli("plan", *(arg.replace("{tmp}", str(tmp_path)) for arg in args))
     assert result.returncode == 2
     assert result.stdout == ""
     assert "Traceback" not in result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from spark_elastic import (
     Grouper,
+    JobPlan,
     PartitionMapping,
     StreamInput,
     SystemStreamPartition,
@@ -18,7 +20,12 @@ from spark_elastic import (
     plan_job,
     save_plan_json,
 )
-from spark_elastic.errors import ArgumentError, PartitionExpansionError, PlanError
+from spark_elastic.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    PartitionExpansionError,
+    PlanError,
+)
 
 
 def ssp(stream: str, partition: int, bucket: int | None = None) -> SystemStreamPartition:
@@ -105,6 +112,11 @@ def test_single_task_grouper_refuses_duplicate_processors() -> None:
         plan_job(["kafka.PVE:2"], "single", processors=["a", "a"])
 
 
+def test_processors_given_as_a_bare_str_are_refused_not_split_into_letters() -> None:
+    with pytest.raises(ArgumentTypeError, match=r"processors: expected a list .* found str 'ab'"):
+        plan_job(["kafka.PVE:2"], "single", processors="ab")
+
+
 # -- cogroup (SAMZA-71) --------------------------------------------------------------------------
 
 
@@ -188,11 +200,42 @@ def test_lookup_of_partition_outside_plan_is_an_error() -> None:
         (["kafka.A:0"], "partition count of kafka.A"),
         (["kafkaA:2"], "system.stream:partition_count"),
         (["kafka.A"], "system.stream:partition_count"),
+        (["kafka.A:\u00b2"], "system.stream:partition_count"),  # SUPERSCRIPT TWO: isdigit()
+        (["kafka.A:\u0663"], "system.stream:partition_count"),  # ARABIC-INDIC DIGIT THREE
+        (["kafka.A:2147483648"], r"partition count of kafka.A.*at most 2147483647"),
+        (["kafka.A:99999999999999"], r"partition count of kafka.A.*at most 2147483647"),
     ],
 )
 def test_bad_inputs_are_reported(inputs: list[str], message: str) -> None:
     with pytest.raises(ArgumentError, match=message):
         plan_job(inputs)
+
+
+def test_partition_count_above_kafkas_int32_maximum_is_refused() -> None:
+    assert StreamInput("kafka", "A", 2**31 - 1).partition_count == 2**31 - 1
+    with pytest.raises(ArgumentError, match=r"partition count of kafka\.A.*found 2147483648"):
+        StreamInput("kafka", "A", 2**31)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "factor"),
+    [
+        (["kafka.A:2147483647"], 1),
+        (["kafka.A:2147483647", "kafka.B:2147483647"], 1),
+        (["kafka.A:16384", "kafka.B:1"], 1024),
+        (["kafka.A:16777217"], 1),
+    ],
+)
+def test_plan_above_the_size_limit_is_refused_before_allocating(
+    inputs: list[str], factor: int
+) -> None:
+    # The limit is on partitions x factor, 2**24; numpy would otherwise raise MemoryError.
+    with pytest.raises(PlanError, match=r"partitions x elasticity factor.*limit of 16777216"):
+        plan_job(inputs, elasticity_factor=factor)
+
+
+def test_plan_at_the_size_limit_is_made() -> None:
+    assert plan_job(["kafka.A:16384"], elasticity_factor=1024).task_count == 2**24
 
 
 def test_unknown_grouper_lists_the_choices() -> None:
@@ -211,6 +254,11 @@ def previous_of(inputs: list[str], grouper: str = "partition", factor: int = 1) 
     """The mapping as the next plan reads it: through the JSON document."""
     document = json.loads(json.dumps(plan_job(inputs, grouper, factor).to_json()))
     return PartitionMapping.from_json(document)
+
+
+def previous_of_plan(plan: JobPlan) -> PartitionMapping:
+    """A plan's mapping as the next plan reads it: through the JSON document."""
+    return PartitionMapping.from_json(json.loads(json.dumps(plan.to_json())))
 
 
 def test_grown_stream_keeps_task_count_and_new_partition_joins_p_mod_old() -> None:
@@ -284,6 +332,63 @@ def test_cogroup_expansion_keeps_groups_when_gcd_would_grow() -> None:
         )
 
 
+def test_cogroup_refuses_a_previous_mapping_that_is_not_cogroup() -> None:
+    # A partition-grouper plan file without a "grouper" key: its tasks are also "Partition i",
+    # but it has 4 tasks, one per PVE partition, which URE's 2 partitions cannot cogroup with.
+    document = plan_job(["kafka.PVE:4", "kafka.URE:2"], "partition").to_json()
+    del document["grouper"]
+    previous = PartitionMapping.from_json(json.loads(json.dumps(document)))
+    with pytest.raises(
+        PlanError, match=r"kafka\.URE has 2 partitions.*4 tasks.*not made by the cogroup grouper"
+    ):
+        plan_job(["kafka.PVE:4", "kafka.URE:2"], "cogroup", previous=previous)
+
+
+def test_cogroup_refuses_a_previous_mapping_where_partition_p_is_not_in_p_mod_groups() -> None:
+    p0, p1 = TaskName.for_partition(0), TaskName.for_partition(1)
+    previous = PartitionMapping(None, {("kafka", "PVE"): (p0, p1, p1, p0)})
+    with pytest.raises(
+        PlanError, match=r"partition 2 of kafka\.PVE is in task 'Partition 1'.*'Partition 0'"
+    ):
+        plan_job(["kafka.PVE:4"], "cogroup", previous=previous)
+
+
+def test_cogroup_new_stream_joins_the_groups_after_an_earlier_expansion() -> None:
+    # PVE:4 + URE:8 is 4 groups; PVE growing to 8 keeps them, though gcd(8, 8) is 8.
+    first = plan_job(["kafka.PVE:4", "kafka.URE:8"], "cogroup")
+    second = plan_job(["kafka.PVE:8", "kafka.URE:8"], "cogroup", previous=previous_of_plan(first))
+    for new_count in (4, 8):
+        plan = plan_job(
+            ["kafka.PVE:8", "kafka.URE:8", f"kafka.NEW:{new_count}"],
+            "cogroup",
+            previous=previous_of_plan(second),
+        )
+        assert plan.task_count == 4
+        for key_hash in range(1000):
+            assert plan.task_id_of("kafka", "PVE", key_hash % 8) == plan.task_id_of(
+                "kafka", "NEW", key_hash % new_count
+            )
+
+
+def test_cogroup_keeps_its_groups_when_a_stream_is_dropped() -> None:
+    previous = previous_of(["kafka.PVE:4", "kafka.URE:8"], "cogroup")
+    plan = plan_job(["kafka.URE:8"], "cogroup", previous=previous)
+    assert plan.task_count == 4
+    assert [plan.task_id_of("kafka", "URE", p) for p in range(8)] == [0, 1, 2, 3] * 2
+
+
+def test_cogroup_accepts_its_own_previous_plan_without_a_grouper_key() -> None:
+    document = plan_job(["kafka.PVE:4", "kafka.URE:2"], "cogroup").to_json()
+    del document["grouper"]
+    previous = PartitionMapping.from_json(json.loads(json.dumps(document)))
+    plan = plan_job(["kafka.PVE:8", "kafka.URE:2"], "cogroup", previous=previous)
+    assert plan.task_count == 2
+    for key_hash in range(1000):
+        assert plan.task_id_of("kafka", "PVE", key_hash % 8) == plan.task_id_of(
+            "kafka", "URE", key_hash % 2
+        )
+
+
 def test_cogroup_expansion_refuses_new_stream_that_does_not_fit_groups() -> None:
     previous = previous_of(["kafka.PVE:4", "kafka.URE:8"], "cogroup")
     with pytest.raises(PlanError, match=r"multiple of 4 partitions.*kafka.NEW:6"):
@@ -305,6 +410,35 @@ def test_growth_to_non_multiple_is_an_error_naming_stream_and_counts() -> None:
 def test_previous_plan_of_another_grouper_is_refused() -> None:
     with pytest.raises(PlanError, match="'ssp' grouper"):
         plan_job(["kafka.PVE:4"], "partition", previous=previous_of(["kafka.PVE:4"], "ssp"))
+
+
+def test_previous_may_be_the_previous_job_plan_itself() -> None:
+    plan = plan_job(["kafka.PVE:4"], previous=plan_job(["kafka.PVE:2"]))
+    assert plan.task_count == 2
+
+
+@pytest.mark.parametrize("previous", ["plan.json", Path("plan.json"), {}])
+def test_previous_that_is_not_a_mapping_or_plan_is_refused_naming_the_argument(
+    previous: object,
+) -> None:
+    with pytest.raises(
+        ArgumentTypeError, match=r"previous: expected a PartitionMapping or JobPlan"
+    ):
+        plan_job(["kafka.PVE:4"], previous=previous)  # type: ignore[arg-type]
+
+
+def test_single_grouper_plan_file_reads_back_as_an_empty_single_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    save_plan_json(plan_job(["kafka.A:2"], "single", processors=["a", "b"]), path)
+    previous = load_plan_json(path)
+    assert previous == PartitionMapping.from_plan(
+        plan_job(["kafka.A:2"], "single", processors=["a", "b"])
+    )
+    assert previous.grouper is Grouper.SINGLE
+    plan = plan_job(["kafka.A:4"], "single", processors=["a", "b"], previous=previous)
+    assert plan.task_names() == ["Task-a", "Task-b"]
+    with pytest.raises(PlanError, match="'single' grouper"):
+        plan_job(["kafka.A:2"], "partition", previous=previous)
 
 
 def test_previous_plan_is_saved_atomically_and_read_back(tmp_path: Path) -> None:
@@ -334,6 +468,33 @@ def test_previous_plan_is_saved_atomically_and_read_back(tmp_path: Path) -> None
             '[{"system": "kafka", "stream": "A", "partition": 1}]}]}',
             "numbered 0 to 0",
         ),
+        (
+            '{"tasks": [{"name": "Partition 0", "partitions": '
+            '[{"system": "kafka", "stream": "A", "partition": 1e400}]}]}',
+            r"partition of kafka\.A: expected a non-negative integer, found inf",
+        ),
+        (
+            '{"tasks": [{"name": "Partition 0", "partitions": '
+            '[{"system": "kafka", "stream": "A", "partition": 0.0}]}]}',
+            r"partition of kafka\.A: expected a non-negative integer, found 0\.0",
+        ),
+        (
+            '{"tasks": [{"name": "Partition 0", "partitions": '
+            '[{"system": "kafka", "stream": "A", "partition": false}]}]}',
+            r"partition of kafka\.A: expected a non-negative integer, found False",
+        ),
+        (
+            '{"tasks": [{"name": "Partition 0", "partitions": '
+            '[{"system": "kafka", "stream": "A", "partition": "0"}]}]}',
+            r"partition of kafka\.A: expected a non-negative integer, found '0'",
+        ),
+        ('{"grouper": ["partition"], "tasks": []}', r"'grouper': expected one of"),
+        (
+            '{"tasks": [{"name": "Task-a", "partitions": []}, '
+            '{"name": "Partition 0", "partitions": []}]}',
+            "tasks of one grouper",
+        ),
+        ('{"grouper": "ssp", "tasks": [{"name": "Task-a", "partitions": []}]}', "says grouper"),
     ],
 )
 def test_unreadable_previous_plan_is_a_clear_error(
@@ -343,6 +504,38 @@ def test_unreadable_previous_plan_is_a_clear_error(
     path.write_text(content)
     with pytest.raises(PlanError, match=message):
         load_plan_json(path)
+
+
+def test_save_to_a_directory_is_refused_naming_the_path_argument(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match=r"path: expected a file .* found directory"):
+        save_plan_json(plan_job(["kafka.A:1"]), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_under_a_regular_file_is_refused_naming_the_path_argument(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(PlanError, match=r"path: .*afile' is not a directory"):
+        save_plan_json(plan_job(["kafka.A:1"]), tmp_path / "afile" / "sub" / "plan.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
+def test_failed_save_leaves_no_temporary_file_no_new_directory_and_the_old_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "plan.json"
+    save_plan_json(plan_job(["kafka.A:1"]), old)
+    before = old.read_text()
+
+    def disk_full(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(PlanError, match=r"path: .*'.*plan\.json' \(No space left on device\)"):
+        save_plan_json(plan_job(["kafka.A:2"]), old)
+    with pytest.raises(PlanError, match="No space left"):
+        save_plan_json(plan_job(["kafka.A:2"]), tmp_path / "new" / "deeper" / "plan.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+    assert old.read_text() == before
 
 
 def test_missing_previous_plan_is_a_clear_error(tmp_path: Path) -> None:

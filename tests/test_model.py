@@ -128,12 +128,33 @@ def test_virtual_ssp_task_name_tells_stream_partition_bucket_and_factor() -> Non
         "SystemStreamPartition [kafka, PVE, 0]_2",  # factor without bucket
         "Task-",
         "",
+        # numbers are canonical ASCII integers, so each task has exactly one name
+        "Partition 00",
+        "Partition 01",
+        "Partition \u0663",  # ARABIC-INDIC DIGIT THREE
+        "Partition 0_01_2",
+        "Partition 0_1_02",
+        "Partition 0_\u0661_2",
+        "SystemStreamPartition [kafka, PVE, 00]",
+        "SystemStreamPartition [kafka, PVE, \u0663]",
+        "SystemStreamPartition [kafka, PVE, 0, 01]_2",
+        "SystemStreamPartition [kafka, PVE, 0, 1]_02",
     ],
 )
 def test_name_that_fits_no_format_is_reported(name: str) -> None:
     with pytest.raises(TaskNameError) as info:
         TaskName.parse(name)
     assert repr(name) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["SystemStreamPartition [kafka, PVE, 07]", "SystemStreamPartition [kafka, PVE, 0, \u0661]"],
+)
+def test_stream_partition_parse_refuses_non_canonical_numbers(text: str) -> None:
+    with pytest.raises(TaskNameError) as info:
+        SystemStreamPartition.parse(text)
+    assert repr(text) in str(info.value)
 
 
 def test_single_task_cannot_be_virtual() -> None:
@@ -147,6 +168,37 @@ def test_bucket_is_parent_of_b_and_b_plus_f_at_double_factor() -> None:
             for child in (bucket, bucket + factor):
                 assert parent_bucket(child, 2 * factor) == bucket
                 assert bucket_lineage(bucket, factor, child, 2 * factor) is Lineage.ANCESTOR
+
+
+@pytest.mark.parametrize(("key_bucket", "factor"), [(4, 4), (9, 4), (-1, 2), (2, 2)])
+def test_parent_bucket_refuses_a_bucket_outside_its_factor(key_bucket: int, factor: int) -> None:
+    with pytest.raises(ArgumentError) as info:
+        parent_bucket(key_bucket, factor)
+    assert "key_bucket" in str(info.value)
+    assert repr(key_bucket) in str(info.value)
+
+
+def test_parent_bucket_refuses_a_bucket_that_is_not_an_int() -> None:
+    with pytest.raises(ArgumentTypeError, match="key_bucket"):
+        parent_bucket(1.0, 4)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        ((-1, 2, 1, 4), "bucket_a"),
+        ((2, 2, 1, 4), "bucket_a"),
+        ((0, 2, 4, 4), "bucket_b"),
+        ((0, 2, -3, 4), "bucket_b"),
+    ],
+)
+def test_bucket_lineage_refuses_a_bucket_outside_its_factor(
+    args: tuple[int, int, int, int], name: str
+) -> None:
+    with pytest.raises(ArgumentError) as info:
+        bucket_lineage(*args)
+    assert name in str(info.value)
+    assert "a bucket from 0 to" in str(info.value)
 
 
 def test_split_children_descend_from_parent_task() -> None:
