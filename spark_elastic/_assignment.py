@@ -58,6 +58,9 @@ _Item = TypeVar("_Item", TaskSpec, ClientState)
 
 # Shares are products of floats; this keeps an exact share such as 3.0 from rounding to 2 or 4.
 _EPSILON = 1e-9
+# The smallest capacity of a staying client, relative to the largest: below it, the client's
+# share of the load could round to 0 (and the load per capacity overflow).
+_MIN_CAPACITY_RATIO = 1e-300
 
 
 def assign(
@@ -105,7 +108,8 @@ def assign(
     AssignmentError
         Duplicate ids; a client reports a lag or a previous replica of an
         unknown task (or a standby or lag of a stateless one); more standbys
-        than the clients can host; tasks but no client that is staying.
+        than the clients can host; tasks but no client that is staying; a
+        staying client's capacity below 1e-300 times the largest staying one's.
     """
     problem = _index(tasks, clients, config)
     owners = _running_owners(problem)
@@ -133,7 +137,11 @@ def is_balanced(
     "within bounds" meaning within one task of the share or within
     ``balance_tolerance`` of it:
 
-    * leaving clients hold no task;
+    * every task has exactly one active client; every stateful task exactly
+      ``min(num_standby_replicas, staying clients - 1)`` standbys, a
+      stateless one no standby and no warm-up; a task's active, standbys and
+      warm-ups are on distinct clients;
+    * leaving clients hold no task: no active, standby or warm-up;
     * every staying client's active count is within bounds of its share of
       all tasks, and its count of each group's tasks within bounds of its share
       of that group;
@@ -147,6 +155,12 @@ def is_balanced(
         Client id to its tasks, e.g. :attr:`AssignmentResult.assignment`.
     tasks, clients, config
         The input the assignment was made for.
+
+    Raises
+    ------
+    AssignmentError
+        The input is inconsistent (as for :func:`assign`), or the assignment
+        names a client or task the input does not have.
     """
     problem = _index(tasks, clients, config)
     return not _balance_violations(problem, assignment)
@@ -179,6 +193,8 @@ class _Problem:
     group_sizes: tuple[int, ...]
     stateful: tuple[bool, ...]
     end_offset: tuple[int, ...]
+    """Per task: the lag of a client without state. When the task's end_offset is unknown,
+    one more than the largest of the acceptable lag and every reported lag."""
     client_ids: tuple[str, ...]
     leaving: tuple[bool, ...]
     weight: tuple[float, ...]
@@ -243,8 +259,7 @@ def _index(
         for task_id, lag in client.lags.items():
             t = _known_task(task_index, task_id, client.id, "lags")
             _require_stateful(stateful[t], task_id, client.id, "a lag")
-            # No state at all is as far behind as a client can be.
-            lags[t][c] = min(lag, task_list[t].end_offset)
+            lags[t][c] = lag
         for task_id in client.previous_active:
             t = _known_task(task_index, task_id, client.id, "previous active tasks")
             running[t].append(c)
@@ -263,6 +278,15 @@ def _index(
                     )
                 replicas[t].add(c)
 
+    end_offset = tuple(
+        _end_offset(task, task_lags, config.acceptable_recovery_lag)
+        for task, task_lags in zip(task_list, lags, strict=True)
+    )
+    for task_lags, end in zip(lags, end_offset, strict=True):
+        for c, lag in task_lags.items():
+            # No state at all is as far behind as a client can be.
+            task_lags[c] = min(lag, end)
+
     leaving = tuple(client.leaving for client in client_list)
     staying = tuple(c for c, gone in enumerate(leaving) if not gone)
     if task_list and not staying:
@@ -277,10 +301,7 @@ def _index(
             f"{standbys + 1} clients (an active and its standbys are on distinct clients), "
             f"found {len(client_list)}"
         )
-    total_capacity = sum(client_list[c].capacity for c in staying)
-    weight = tuple(
-        0.0 if client.leaving else client.capacity / total_capacity for client in client_list
-    )
+    weight = _weights(client_list, staying)
     acceptable = config.acceptable_recovery_lag
     ready = tuple(
         _warm_first(
@@ -299,7 +320,7 @@ def _index(
         group_of=group_of,
         group_sizes=tuple(sizes[g] for g in range(len(group_names))),
         stateful=stateful,
-        end_offset=tuple(task.end_offset for task in task_list),
+        end_offset=end_offset,
         client_ids=tuple(client.id for client in client_list),
         leaving=leaving,
         weight=weight,
@@ -313,6 +334,42 @@ def _index(
         state_holders=holders,
         standby_count=min(standbys, len(staying) - 1) if staying else 0,
     )
+
+
+def _end_offset(task: TaskSpec, lags: Mapping[int, int], acceptable: int) -> int:
+    """The lag of a client without state for ``task``.
+
+    When the task's end_offset is unknown, a client without state must not count as
+    caught up, and any reported lag is some state: one more than every lag there is.
+    """
+    if task.end_offset is not None:
+        return task.end_offset
+    if not task.stateful:
+        return 0
+    return max((acceptable, *lags.values())) + 1
+
+
+def _weights(client_list: Sequence[ClientState], staying: Sequence[int]) -> tuple[float, ...]:
+    """Each client's capacity share among the staying clients; 0 for a leaving client.
+
+    Capacities are taken relative to the largest, so that neither their sum
+    overflows nor a share underflows to 0 (which ``_MIN_CAPACITY_RATIO`` rules out).
+    """
+    if not staying:
+        return (0.0,) * len(client_list)
+    largest = max(staying, key=lambda c: (client_list[c].capacity, -c))
+    top = client_list[largest].capacity
+    relative = {c: client_list[c].capacity / top for c in staying}
+    for c, ratio in relative.items():
+        if ratio < _MIN_CAPACITY_RATIO:
+            small = client_list[c]
+            raise AssignmentError(
+                f"client {small.id!r}: capacity: expected at least {_MIN_CAPACITY_RATIO:g} times "
+                f"the largest capacity ({top!r}, client {client_list[largest].id!r}), "
+                f"found {small.capacity!r}"
+            )
+    total = math.fsum(relative.values())
+    return tuple(relative[c] / total if c in relative else 0.0 for c in range(len(client_list)))
 
 
 def _sorted_unique(items: Iterable[_Item], kind: type[_Item], noun: str) -> list[_Item]:
@@ -1348,32 +1405,39 @@ def _result(problem: _Problem, placement: _Placement) -> AssignmentResult:
 
 
 def _balance_violations(problem: _Problem, assignment: Mapping[str, ClientAssignment]) -> list[str]:
-    """Why an assignment is not balanced, one line per broken bound (empty when balanced)."""
+    """Why an assignment is not balanced, one line per broken rule (empty when balanced)."""
     client_index = {client_id: c for c, client_id in enumerate(problem.client_ids)}
     task_index = {task_id: t for t, task_id in enumerate(problem.task_ids)}
-    counts: list[dict[int, int]] = [{} for _ in problem.group_sizes]
-    stateful_on: Counter[int] = Counter()
+    replicas: dict[str, list[list[int]]] = {
+        kind: [[] for _ in problem.task_ids] for kind in ("active", "standby", "warm-up")
+    }
     standby_count: Counter[int] = Counter()
     problems: list[str] = []
     for client_id, tasks in assignment.items():
         c = client_index.get(client_id)
         if c is None:
             raise AssignmentError(f"assignment: unknown client {client_id!r}")
-        unknown = [t for t in (*tasks.active, *tasks.standby) if t not in task_index]
+        unknown = [t for t in (*tasks.active, *tasks.standby, *tasks.warmup) if t not in task_index]
         if unknown:
             raise AssignmentError(
                 f"assignment: client {client_id!r} has unknown task {unknown[0]!r}"
             )
-        if problem.leaving[c] and tasks.active:
-            problems.append(f"leaving client {client_id!r} still runs {len(tasks.active)} tasks")
-            continue
-        for task_id in tasks.active:
-            t = task_index[task_id]
-            cell = counts[problem.group_of[t]]
-            cell[c] = cell.get(c, 0) + 1
-            stateful_on[c] += problem.stateful[t]
-        standby_count[c] += len(tasks.standby)
-    checks = list(_active_count_checks(problem, counts))
+        held = len(tasks.active) + len(tasks.standby) + len(tasks.warmup)
+        if problem.leaving[c] and held:
+            problems.append(f"leaving client {client_id!r} still holds {held} tasks")
+        for kind, listed in (
+            ("active", tasks.active),
+            ("standby", tasks.standby),
+            ("warm-up", tasks.warmup),
+        ):
+            for task_id in listed:
+                replicas[kind][task_index[task_id]].append(c)
+        if not problem.leaving[c]:
+            standby_count[c] += len(tasks.standby)
+    problems.extend(_replica_violations(problem, replicas))
+    owners = [clients[0] if len(clients) == 1 else None for clients in replicas["active"]]
+    stateful_on = Counter(c for t, c in enumerate(owners) if c is not None and problem.stateful[t])
+    checks = list(_active_count_checks(problem, _group_counts(problem, owners)))
     if problem.standby_count:
         for c, bounds in _standby_bounds(problem, stateful_on, sum(problem.stateful)).items():
             if not bounds[0] <= standby_count[c] <= bounds[1]:
@@ -1382,3 +1446,21 @@ def _balance_violations(problem: _Problem, assignment: Mapping[str, ClientAssign
                 )
     problems.extend(f"{what}: {found} outside {low}..{high}" for what, found, (low, high) in checks)
     return problems
+
+
+def _replica_violations(
+    problem: _Problem, replicas: Mapping[str, list[list[int]]]
+) -> Iterator[str]:
+    """Tasks without exactly one active and their standbys, or with two replicas on a client."""
+    for t, task_id in enumerate(problem.task_ids):
+        expected = {"active": 1, "standby": problem.standby_count if problem.stateful[t] else 0}
+        if not problem.stateful[t]:
+            expected["warm-up"] = 0
+        for kind, count in expected.items():
+            if len(replicas[kind][t]) != count:
+                found = len(replicas[kind][t])
+                yield f"task {task_id!r}: {found} {kind} replicas, expected {count}"
+        on = [c for clients in replicas.values() for c in clients[t]]
+        if len(set(on)) < len(on):
+            twice = min(c for c in on if on.count(c) > 1)
+            yield f"task {task_id!r}: two replicas on client {problem.client_ids[twice]!r}"

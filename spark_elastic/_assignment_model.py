@@ -146,20 +146,29 @@ class TaskSpec:
         work, so the assignor spreads each group evenly over the clients.
     end_offset
         For a stateful task, the total offsets of its state: the lag of a
-        client that has none of it. Ignored for a stateless task.
+        client that has none of it (a larger lag counts as this). ``None``, the
+        default, when unknown: a client without state for the task is then not
+        caught up, and every reported lag, however large, counts as some state.
+        Ignored for a stateless task.
     """
 
     id: str
     stateful: bool = True
     group: str = ""
-    end_offset: int = 0
+    end_offset: int | None = None
 
     def __post_init__(self) -> None:
         _identifier(self.id, "task id")
         _flag(self.stateful, f"task {self.id!r}: stateful")
         if not isinstance(self.group, str):
             raise ArgumentTypeError.wrong_type(f"task {self.id!r}: group", "a str", self.group)
-        _int_at_least(self.end_offset, f"task {self.id!r}: end_offset", 0)
+        end_offset = self.end_offset
+        if end_offset is not None:
+            name, expected = f"task {self.id!r}: end_offset", "an int >= 0, or None when unknown"
+            if isinstance(end_offset, bool) or not isinstance(end_offset, int):
+                raise ArgumentTypeError.wrong_type(name, expected, end_offset)
+            if end_offset < 0:
+                raise ArgumentError.invalid(name, expected, end_offset)
 
 
 @dataclass(frozen=True, slots=True)

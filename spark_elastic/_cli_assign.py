@@ -18,7 +18,8 @@ Every key but ``tasks[].id`` and ``clients[].id`` is optional (defaults as in
 :class:`~spark_elastic.AssignmentConfig`, :class:`~spark_elastic.TaskSpec` and
 :class:`~spark_elastic.ClientState`); ``previous.warmup`` is an extension of
 the issue's format, for warm-ups handed out by the last rebalance. Unknown
-keys are errors, so a typo cannot silently fall back to a default.
+keys are errors, so a typo cannot silently fall back to a default, and so
+is a key given twice in one object (JSON would keep the last silently).
 """
 
 from __future__ import annotations
@@ -121,13 +122,51 @@ def _load(source: str) -> object:
     except UnicodeDecodeError as exc:
         raise ArgumentError(f"{name}: not UTF-8 text: {exc.reason}") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        document = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_pairs)
+        _reject_repeated_keys(document)
     except json.JSONDecodeError as exc:
         raise ArgumentError(
             f"{name}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
     except RecursionError:
         raise ArgumentError(f"{name}: not valid JSON: nested too deeply") from None
+    return document
+
+
+class _Repeated(dict[str, Any]):
+    """A JSON object that was given some key twice (``key``: the first such key)."""
+
+    def __init__(self, pairs: list[tuple[str, Any]], key: str) -> None:
+        super().__init__(pairs)
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: a dict, marked when a key came twice."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return _Repeated(pairs, key)
+        seen.add(key)
+    return dict(pairs)
+
+
+def _reject_repeated_keys(value: object, where: str | None = None) -> None:
+    """Refuse a key given twice in one object, naming where (JSON would keep the last).
+
+    ``where`` is the path as :func:`_problem` names it (``tasks[0]``,
+    ``clients[1].lags``); ``None`` for the whole input.
+    """
+    if isinstance(value, _Repeated):
+        raise ArgumentError(
+            f"{where or 'input'}: expected each key at most once, found {value.key!r} twice"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _reject_repeated_keys(item, key if where is None else f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _reject_repeated_keys(item, f"{where or 'input'}[{i}]")
 
 
 def _reject_constant(name: str) -> object:

@@ -11,6 +11,7 @@ from spark_elastic._assignment import assign, is_balanced
 from spark_elastic._assignment_model import (
     AssignmentConfig,
     AssignmentResult,
+    ClientAssignment,
     ClientState,
     TaskSpec,
 )
@@ -134,6 +135,12 @@ def test_negative_lag_and_end_offset_are_refused() -> None:
         TaskSpec("t1", end_offset=-1)
 
 
+def test_end_offset_is_an_int_or_none_for_unknown() -> None:
+    assert TaskSpec("t1").end_offset is None
+    with pytest.raises(ArgumentTypeError, match=r"end_offset: expected an int >= 0, or None"):
+        TaskSpec("t1", end_offset="5")  # type: ignore[arg-type]
+
+
 def test_duplicate_task_or_client_ids_are_inconsistent_input() -> None:
     with pytest.raises(AssignmentError, match="duplicate task id 't1'"):
         assign(tasks("t1", "t1"), [client("c1")])
@@ -232,10 +239,47 @@ def test_active_goes_to_least_behind_client_when_none_is_caught_up() -> None:
 
 
 def test_a_lag_beyond_the_whole_state_counts_as_no_state() -> None:
-    # c1's state is older than the changelog: it is no better than c2, which has none.
-    clients = [client("c1", lags={"t1": FULL * 3}), client("c2")]
-    result = assign(tasks("t1"), clients)
-    assert len(owners_of(result, "t1")) == 1
+    # c0 sheds t2 to c1 and t3 to c2; with one warm-up at a time, the least lag goes first.
+    # c1's state of t2 is older than the changelog: no further behind than c2, which has
+    # none of t3, so the tie goes to the lower task. Taken as it is, c1's lag of three
+    # whole states would put t3's warm-up first.
+    clients = [client("c0", active=["t1", "t2", "t3"]), client("c1", lags={"t2": FULL * 3})]
+    clients.append(client("c2"))
+    result = assign(tasks("t1", "t2", "t3"), clients, AssignmentConfig(max_warmup_replicas=1))
+    assert table(result) == {
+        "c0": (["t1", "t2", "t3"], [], []),
+        "c1": ([], [], ["t2"]),
+        "c2": ([], [], []),
+    }
+
+
+def test_stateful_task_without_end_offset_moves_to_an_empty_client_only_through_a_warmup() -> None:
+    # The size of the state is unknown: a client that reports no lag has no state, so it
+    # is not caught up and must warm up before it takes the task.
+    task_list = [TaskSpec("t1"), TaskSpec("t2")]
+    clients = [ClientState("c1", previous_active=["t1", "t2"]), ClientState("c2")]
+    result = assign(task_list, clients)
+    assert table(result) == {"c1": (["t1", "t2"], [], []), "c2": ([], [], ["t2"])}
+    assert result.probing_rebalance.needed
+
+    moved = assign(task_list, next_round(clients, result))
+    assert table(moved) == {"c1": (["t1"], [], []), "c2": (["t2"], [], [])}
+    assert not moved.probing_rebalance.needed
+
+
+def test_without_end_offset_any_reported_lag_is_less_behind_than_no_state() -> None:
+    # Nothing to clamp the lag to: however large, it is some state, and no state is less.
+    clients = [ClientState("c1"), ClientState("c2", lags={"t1": FULL * 5})]
+    result = assign([TaskSpec("t1")], clients)
+    assert owners_of(result, "t1") == ["c2"]
+
+
+def test_an_end_offset_within_the_acceptable_lag_needs_no_restore() -> None:
+    # An explicit end_offset of 0 (an empty state) still lets every client take the task.
+    task_list = [TaskSpec("t1", end_offset=0), TaskSpec("t2", end_offset=0)]
+    clients = [ClientState("c1", previous_active=["t1", "t2"]), ClientState("c2")]
+    result = assign(task_list, clients)
+    assert table(result) == {"c1": (["t1"], [], []), "c2": (["t2"], [], [])}
     assert not result.probing_rebalance.needed
 
 
@@ -350,11 +394,17 @@ def test_probing_rebalance_comes_after_the_configured_interval() -> None:
 
 
 def test_probing_stops_once_balanced() -> None:
+    # 5 of 8 tasks leave c1, 2 warm-ups per rebalance: ceil(5 / 2) + 1 = 4 rebalances.
     task_list = tasks(*(f"t{i}" for i in range(8)))
     clients = [client("c1", active=[f"t{i}" for i in range(8)]), client("c2"), client("c3")]
-    results, clients = until_balanced(task_list, clients, AssignmentConfig())
-    assert [r.probing_rebalance.needed for r in results][-1] is False
-    assert is_balanced(results[-1].assignment, task_list, clients)
+    needed, balanced = [], []
+    for _ in range(6):
+        result = assign(task_list, clients)
+        needed.append(result.probing_rebalance.needed)
+        balanced.append(is_balanced(result.assignment, task_list, clients))
+        clients = next_round(clients, result)
+    assert balanced == [False, False, False, True, True, True]
+    assert needed == [not b for b in balanced]
 
 
 def test_the_same_input_always_gives_the_same_output() -> None:
@@ -466,6 +516,122 @@ def test_is_balanced_rejects_an_uneven_assignment() -> None:
     clients = [client("c1", active=["t1", "t2", "t3"]), client("c2")]
     unchanged = assign(task_list, clients, AssignmentConfig(max_warmup_replicas=1))
     assert not is_balanced(unchanged.assignment, task_list, clients)
+
+
+def balanced_with_standbys() -> tuple[list[TaskSpec], list[ClientState], AssignmentConfig]:
+    """c1 and c2 stay, c3 leaves; one standby per task."""
+    clients = [client("c1"), client("c2"), client("c3", leaving=True)]
+    return tasks("t1", "t2", "t3", "t4"), clients, AssignmentConfig(num_standby_replicas=1)
+
+
+BALANCED_WITH_STANDBYS = {
+    "c1": ClientAssignment(active=("t1", "t2"), standby=("t3", "t4")),
+    "c2": ClientAssignment(active=("t3", "t4"), standby=("t1", "t2")),
+    "c3": ClientAssignment(),
+}
+
+
+def test_is_balanced_accepts_an_even_assignment_with_standbys() -> None:
+    task_list, clients, config = balanced_with_standbys()
+    assert is_balanced(BALANCED_WITH_STANDBYS, task_list, clients, config)
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        ClientAssignment(active=("t1",)),
+        ClientAssignment(standby=("t1",)),
+        ClientAssignment(warmup=("t1",)),
+    ],
+    ids=["active", "standby", "warmup"],
+)
+def test_is_balanced_rejects_replicas_on_leaving_clients(held: ClientAssignment) -> None:
+    task_list, clients, config = balanced_with_standbys()
+    assignment = {**BALANCED_WITH_STANDBYS, "c3": held}
+    if held.active:  # the leaving client took t1 over from c1
+        assignment["c1"] = ClientAssignment(active=("t2",), standby=("t3", "t4"))
+    assert not is_balanced(assignment, task_list, clients, config)
+
+
+def test_is_balanced_rejects_a_task_active_twice_and_another_nowhere() -> None:
+    task_list = tasks("t1", "t2", "t3", "t4")
+    clients = [client("c1"), client("c2")]
+    even = {"c1": ClientAssignment(("t1", "t2")), "c2": ClientAssignment(("t3", "t4"))}
+    assert is_balanced(even, task_list, clients)
+    t1_twice_t3_nowhere = {**even, "c2": ClientAssignment(("t1", "t4"))}
+    assert not is_balanced(t1_twice_t3_nowhere, task_list, clients)
+
+
+@pytest.mark.parametrize("kind", ["standby", "warmup"])
+def test_is_balanced_rejects_a_replica_on_the_client_of_its_active(kind: str) -> None:
+    task_list, clients, config = balanced_with_standbys()
+    # Each client stands by for its own tasks: the counts are even, the replicas useless.
+    own = {
+        "c1": ClientAssignment(active=("t1", "t2"), standby=("t1", "t2")),
+        "c2": ClientAssignment(active=("t3", "t4"), standby=("t3", "t4")),
+    }
+    if kind == "warmup":  # a warm-up of c1's own t1, on top of the balanced assignment
+        own = {
+            **BALANCED_WITH_STANDBYS,
+            "c1": ClientAssignment(("t1", "t2"), ("t3", "t4"), ("t1",)),
+        }
+    assert not is_balanced(own, task_list, clients, config)
+
+
+def test_is_balanced_rejects_a_stateful_task_without_its_standbys() -> None:
+    task_list = tasks("t1", "t2", "t3")
+    clients = [client("c1"), client("c2"), client("c3")]
+    config = AssignmentConfig(num_standby_replicas=1)
+    ring = {
+        "c1": ClientAssignment(("t1",), ("t2",)),
+        "c2": ClientAssignment(("t2",), ("t3",)),
+        "c3": ClientAssignment(("t3",), ("t1",)),
+    }
+    assert is_balanced(ring, task_list, clients, config)
+    t2_twice_t1_none = {**ring, "c3": ClientAssignment(("t3",), ("t2",))}
+    assert not is_balanced(t2_twice_t1_none, task_list, clients, config)
+
+
+def test_is_balanced_rejects_replicas_of_a_stateless_task() -> None:
+    task_list = tasks("t1", "t2", stateful=False)
+    clients = [client("c1"), client("c2")]
+    config = AssignmentConfig(num_standby_replicas=1)
+    even = {"c1": ClientAssignment(("t1",)), "c2": ClientAssignment(("t2",))}
+    assert is_balanced(even, task_list, clients, config)
+    warming = {**even, "c2": ClientAssignment(("t2",), warmup=("t1",))}
+    assert not is_balanced(warming, task_list, clients, config)
+
+
+def test_capacities_near_the_float_limit_are_weighed_against_the_largest() -> None:
+    # 1e308 + 1e308 overflows a float: shares are taken relative to the largest capacity.
+    clients = [client("c1", capacity=1e308), client("c2", capacity=1e308)]
+    result = assign(tasks("t1", "t2"), clients)
+    assert {c: len(a.active) for c, a in result.assignment.items()} == {"c1": 1, "c2": 1}
+
+
+def test_a_capacity_too_small_beside_the_largest_is_inconsistent_input() -> None:
+    clients = [client("huge", capacity=1e300), client("tiny", capacity=1e-300)]
+    with pytest.raises(
+        AssignmentError,
+        match=r"client 'tiny': capacity: expected at least 1e-300 times the largest "
+        r"capacity \(1e\+300, client 'huge'\), found 1e-300",
+    ):
+        assign(tasks("t1"), clients)
+
+
+def test_a_capacity_at_the_smallest_ratio_gets_a_share_of_nothing() -> None:
+    # Leaving clients take no share, so their capacity is not weighed at all.
+    clients = [
+        client("big"),
+        client("tiny", capacity=1e-300),
+        client("gone", capacity=1e-301, leaving=True),
+    ]
+    result = assign(tasks("t1", "t2"), clients)
+    assert table(result) == {
+        "big": (["t1", "t2"], [], []),
+        "gone": ([], [], []),
+        "tiny": ([], [], []),
+    }
 
 
 # -- KIP-441's worked examples ------------------------------------------------------------------

@@ -22,6 +22,7 @@ shift once a move lands).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import defaultdict
@@ -42,9 +43,12 @@ CHANGES = 25
 MAX_REBALANCES = 400
 
 
-def lag_of(client: ClientState, task: TaskSpec) -> int:
+def lag_of(client: ClientState, task: TaskSpec) -> float:
+    """Offsets behind: the whole state without a lag, infinitely many when its size is unknown."""
     if task.id in client.previous_active:
         return 0
+    if task.end_offset is None:
+        return client.lags.get(task.id, math.inf)
     return min(client.lags.get(task.id, task.end_offset), task.end_offset)
 
 
@@ -94,7 +98,7 @@ def check_rules(
             assert lag_of(by_id[active], task) == min(lag_of(c, task) for c in eligible)
 
         # Standbys go to the next most caught-up clients.
-        def rank(client_id: str, task: TaskSpec = task) -> int:
+        def rank(client_id: str, task: TaskSpec = task) -> float:
             lag = lag_of(by_id[client_id], task)
             return 0 if lag <= acceptable else lag
 
@@ -293,6 +297,24 @@ def test_any_consistent_input_gets_an_assignment_that_follows_every_rule(block: 
             any(t.stateful for t in tasks) and config.num_standby_replicas >= len(clients)
         ):
             continue  # inconsistent: refused with an AssignmentError (see test_assignment.py)
+        result = assign(tasks, clients, config)
+        check_rules(tasks, clients, config, result)
+        checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("block", range(2), ids=lambda block: f"seeds {block * 200}+")
+def test_any_consistent_input_without_end_offsets_follows_every_rule(block: int) -> None:
+    # The same inputs with every state's size unknown: a client without a lag has no state.
+    checked = 0
+    for seed in range(block * 200, (block + 1) * 200):
+        tasks, clients, config = odd_input(seed)
+        tasks = [dataclasses.replace(task, end_offset=None) for task in tasks]
+        staying = [c for c in clients if not c.leaving]
+        if (tasks and not staying) or (
+            any(t.stateful for t in tasks) and config.num_standby_replicas >= len(clients)
+        ):
+            continue
         result = assign(tasks, clients, config)
         check_rules(tasks, clients, config, result)
         checked += 1

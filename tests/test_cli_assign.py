@@ -99,6 +99,34 @@ def test_absent_lag_means_no_state_and_warmups_reported_back_finish_the_move() -
     assert output["probing_rebalance"] == {"needed": False, "after_ms": None}
 
 
+def test_a_stateful_task_without_end_offset_moves_to_a_new_client_through_a_warmup() -> None:
+    # No end_offset: the state's size is unknown, and c2, reporting no lag, has none of it.
+    output = assign_json(
+        {
+            "tasks": [{"id": "t1"}, {"id": "t2"}],
+            "clients": [{"id": "c1", "previous": {"active": ["t1", "t2"]}}, {"id": "c2"}],
+        }
+    )
+    assert output["assignment"] == {
+        "c1": {"active": ["t1", "t2"], "standby": [], "warmup": []},
+        "c2": {"active": [], "standby": [], "warmup": ["t2"]},
+    }
+    assert output["probing_rebalance"] == {"needed": True, "after_ms": 600_000}
+
+
+def test_capacities_whose_sum_overflows_a_float_still_assign() -> None:
+    output = assign_json(
+        {
+            "tasks": [{"id": "t1"}, {"id": "t2"}],
+            "clients": [{"id": "c1", "capacity": 1e308}, {"id": "c2", "capacity": 1e308}],
+        }
+    )
+    assert output["assignment"] == {
+        "c1": {"active": ["t1"], "standby": [], "warmup": []},
+        "c2": {"active": ["t2"], "standby": [], "warmup": []},
+    }
+
+
 def test_leaving_client_is_listed_once_it_may_shut_down() -> None:
     output = assign_json(
         {
@@ -141,6 +169,28 @@ def test_leaving_client_is_listed_once_it_may_shut_down() -> None:
         ('{"config": {"max_warmup_replicas": 0}}', "max_warmup_replicas: expected an int >= 1"),
         ('{"clients": [{"id": "x", "previous": {"active": "a"}}]}', "previous.active"),
         ('{"tasks": [{"id": "a"}], "clients": [{"id": "x", "leaving": true}]}', "all leaving"),
+        (
+            '{"tasks": [{"id": "a"}], "clients": [{"id": "x", "capacity": 1e300},'
+            ' {"id": "y", "capacity": 1e-300}]}',
+            "client 'y': capacity: expected at least 1e-300 times the largest capacity",
+        ),
+        (
+            '{"tasks": [{"id": "a", "end_offset": 5, "id": "b"}]}',
+            "tasks[0]: expected each key at most once, found 'id' twice",
+        ),
+        (
+            '{"tasks": [{"id": "a"}], "tasks": [{"id": "b"}]}',
+            "input: expected each key at most once, found 'tasks' twice",
+        ),
+        (
+            '{"tasks": [{"id": "a"}], "clients": [{"id": "x", "lags": {"a": 9, "a": 0}}]}',
+            "clients[0].lags: expected each key at most once, found 'a' twice",
+        ),
+        (
+            '{"clients": [{"id": "x", "previous": {"active": [], "active": []}}]}',
+            "clients[0].previous: expected each key at most once, found 'active' twice",
+        ),
+        ('{"config": {"max_warmup_replicas": 1, "max_warmup_replicas": 2}}', "found 'max_warm"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(stdin: str, message: str) -> None:
