@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -150,7 +151,7 @@ def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
         raise CheckpointError(f"{path}: cannot read the job file ({exc})") from None
     return JobSpec.from_json(document, str(path))
 
@@ -170,17 +171,23 @@ def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") ->
 
 
 def read_state(
-    spark: SparkSession, checkpoint: str | os.PathLike[str], variable: str
+    spark: SparkSession,
+    checkpoint: str | os.PathLike[str],
+    variable: str,
+    batch_id: int | None = None,
 ) -> DataFrame | None:
-    """One state variable of the last committed batch, via Spark's state data source reader.
+    """One state variable, via Spark's state data source reader.
 
-    ``None`` when the checkpoint has no state yet.
+    As of committed batch ``batch_id`` when given (a reader that evaluates the
+    frame twice then sees the same state even if a batch commits in between),
+    else of the last committed batch. ``None`` when the checkpoint has no state yet.
     """
     if not (Path(checkpoint) / "state").is_dir():
         return None
-    return (
-        spark.read.format("statestore").option("stateVarName", variable).load(os.fspath(checkpoint))
-    )
+    reader = spark.read.format("statestore").option("stateVarName", variable)
+    if batch_id is not None:
+        reader = reader.option("batchId", batch_id)
+    return reader.load(os.fspath(checkpoint))
 
 
 def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:
@@ -254,9 +261,12 @@ def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
 
 def _batch_ids(offsets_dir: Path) -> list[int]:
     try:
-        return sorted(int(p.name) for p in offsets_dir.iterdir() if p.name.isdigit())
+        names = [p.name for p in offsets_dir.iterdir()]
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise CheckpointError(f"{offsets_dir}: cannot list Spark's offset log ({exc})") from None
+    return sorted(int(name) for name in names if re.fullmatch(r"[0-9]+", name))
 
 
 def _read_offset_log(path: Path) -> tuple[Mapping[str, str], SourceOffsets]:

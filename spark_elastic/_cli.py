@@ -70,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `spark-elastic plan ... | head`: the reader left; not an error of ours.
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        # A path the user gave that cannot be read or written: their mistake to fix,
+        # told in one line like any other (the subcommands wrap the ones they expect).
+        print(f"spark-elastic {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return code
 
 

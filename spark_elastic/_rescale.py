@@ -24,6 +24,7 @@ reading at :func:`starting_offsets` (the smallest offsets its buckets need).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -208,21 +209,37 @@ def rescale(
     _check_target(out, paths)
     session = spark if spark is not None else active_or_local_session("spark-elastic-rescale")
     checkpoints = [stopped_source(p, session) for p in paths]
-    _check_one_job(checkpoints)
-    _check_disjoint(checkpoints)
+    with contextlib.ExitStack() as held:
+        # Held to the end: a query started on a source meanwhile would move its state
+        # past the offsets read above, and the new checkpoint would replay those records.
+        for source in checkpoints:
+            held.enter_context(OwnerLock.probe(source.path))
+        for source in checkpoints:
+            _check_unchanged(source)
+        _check_one_job(checkpoints)
+        _check_disjoint(checkpoints)
 
-    entries = _effective_checkpoints(session, checkpoints)
-    new_plan = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, factor)
-    seeded = _seeded_checkpoints(new_plan, entries)
-    offsets = _starting_offsets(new_plan, seeded)
-    job = replace(
-        checkpoints[0].job, elasticity_factor=factor, tasks=None, starting_offsets=offsets
-    )
-    keys = _write_target(session, out, job, new_plan, checkpoints, seeded)
+        entries = _effective_checkpoints(session, checkpoints)
+        new_plan = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, factor)
+        seeded = _seeded_checkpoints(new_plan, entries)
+        offsets = _starting_offsets(new_plan, seeded)
+        job = replace(
+            checkpoints[0].job, elasticity_factor=factor, tasks=None, starting_offsets=offsets
+        )
+        keys = _write_target(session, out, job, new_plan, checkpoints, seeded)
     return RescaleResult(out, factor, new_plan.task_count, keys, len(seeded), offsets)
 
 
 # -- steps -------------------------------------------------------------------------------------
+
+
+def _check_unchanged(source: SourceCheckpoint) -> None:
+    """Refuse a source whose offset log moved between its checks and taking its lock."""
+    if last_batch(source.path) != source.batch:
+        raise CheckpointError(
+            f"source checkpoint {str(source.path)!r} ran another micro-batch while being "
+            "rescaled; stop its query and rescale again"
+        )
 
 
 def _check_target(target: Path, sources: list[Path]) -> None:
@@ -280,7 +297,7 @@ def _effective_checkpoints(
     entries: list[BucketCheckpoint] = []
     for source in checkpoints:
         system = source.job.system
-        stored = read_state(spark, source.path, CHECKPOINT_STATE)
+        stored = read_state(spark, source.path, CHECKPOINT_STATE, source.batch.batch_id)
         if stored is not None:
             for row in stored.select("user_map_key.*", "user_map_value.*").collect():
                 entries.append(
@@ -384,7 +401,10 @@ def _write_target(
     try:
         seed = _seed_frame(spark, plan, checkpoints, seeded, job.state_schema)
         seed.write.parquet(str(seed_dir(staging)))
-        keys = int(seed.filter("kind = 'state'").count())
+        # Counted from what was written: evaluating the seed frame again would read every
+        # source's state a second time.
+        written = spark.read.parquet(str(seed_dir(staging)))
+        keys = int(written.filter("kind = 'state'").count())
         write_job(staging, job)
         if target.exists():
             target.rmdir()
@@ -416,7 +436,7 @@ def _seed_frame(
     factor = plan.elasticity_factor
     moved = []
     for source in checkpoints:
-        stored = read_state(spark, source.path, USER_STATE)
+        stored = read_state(spark, source.path, USER_STATE, source.batch.batch_id)
         if stored is None:
             continue
         old_keys = routing_keys(source.plan.task_count).tolist()

@@ -136,6 +136,11 @@ class TaskState:
     Values are tuples in the order of ``state_schema``. Reads are cached and
     writes buffered; they reach the StateStore when ``process`` returns, and
     commit with the micro-batch.
+
+    State is keyed by the records' own keys (the ``key`` column): a rescale
+    sends each state entry to the virtual task that its key hashes to, so a
+    state key that is not a record key of this task (say, a field of the
+    value) would land on some other task after a split.
     """
 
     _ABSENT: ClassVar[object] = object()
@@ -160,7 +165,7 @@ class TaskState:
         return default if value is None else tuple(value)
 
     def put(self, key: bytes | str, value: Iterable[Any]) -> None:
-        """Set the state of ``key``."""
+        """Set the state of ``key``, a record key of this task (see the class notes)."""
         k = _state_key(key)
         self._cache[k] = tuple(_native(v) for v in value)
         self._dirty.add(k)
@@ -415,8 +420,10 @@ def with_task_state(
     seed in the first micro-batch. Metrics are observed as
     ``lastProgress["observedMetrics"]["spark_elastic"]``: ``task_count``,
     ``active_tasks``, ``records_processed``, ``records_skipped``,
-    ``key_bucket_ns`` (deriving each record's buckets from its key hash; the
-    hash itself is computed in the JVM by the routing projection) and
+    ``key_bucket_ns`` (deriving each record's bucket at every checkpointed
+    factor from its key hash and comparing its offset with that bucket's
+    checkpoint; the hash itself is computed in the JVM by the routing
+    projection) and
     ``checkpoint_resolve_ns``.
 
     Parameters

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from cli_runner import run_cli
 from pyspark.sql import SparkSession
 from test_stateful_rescale import Job
+
+from spark_elastic import EmbeddedLog
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,8 +38,12 @@ def test_checkpoint_show_json_lists_every_bucket(stopped: Path) -> None:
     assert {b["virtualTask"] for b in report["buckets"]} == {
         f"Partition {p}_{b}_2" for p in range(2) for b in range(2)
     }
+    # The job ran to the end of the log: every bucket's partition is committed up to its end.
+    ends = EmbeddedLog(stopped.parent / "job" / "log").end_offsets("clicks")
     for bucket in report["buckets"]:
-        assert bucket["behind"] == bucket["committedOffset"] - bucket["nextOffset"]
+        assert bucket["committedOffset"] == ends[bucket["partition"]]
+        assert 0 < bucket["nextOffset"] <= ends[bucket["partition"]]
+        assert bucket["behind"] == ends[bucket["partition"]] - bucket["nextOffset"]
 
 
 def test_checkpoint_show_prints_a_table(stopped: Path) -> None:
@@ -100,3 +107,38 @@ def test_rescale_cli_refuses_a_directory_that_is_no_stateful_checkpoint(tmp_path
     result = cli("checkpoint", "show", str(tmp_path / "missing"))
     assert result.returncode == 2
     assert "does not exist" in result.stderr
+
+
+def broken_copy(stopped: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "broken"
+    shutil.copytree(stopped, copy)
+    return copy
+
+
+def assert_one_line_exit_2(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_checkpoint_show_refuses_an_undecodable_job_file_with_exit_2(
+    stopped: Path, tmp_path: Path
+) -> None:
+    checkpoint = broken_copy(stopped, tmp_path)
+    (checkpoint / "_spark_elastic" / "job.json").write_bytes(b"{\xff\xfe")
+    assert_one_line_exit_2(cli("checkpoint", "show", str(checkpoint)), "cannot read the job file")
+
+
+def test_rescale_cli_refuses_an_offset_log_that_is_a_file_with_exit_2(
+    stopped: Path, tmp_path: Path
+) -> None:
+    checkpoint = broken_copy(stopped, tmp_path)
+    shutil.rmtree(checkpoint / "offsets")
+    (checkpoint / "offsets").write_text("not a directory")
+    target = tmp_path / "new"
+    result = cli(
+        "rescale", "--from", str(checkpoint), "--to", str(target), "--elasticity-factor", "4"
+    )
+    assert_one_line_exit_2(result, "cannot list Spark's offset log")
+    assert not target.exists()

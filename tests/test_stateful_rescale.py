@@ -70,6 +70,8 @@ class Job:
     spark: SparkSession
     root: Path
     rng: random.Random
+    scramble: bool = False
+    """Shuffle the input round-robin first, so only the library's sort keeps offset order."""
     log: EmbeddedLog = field(init=False)
     outputs: list[Path] = field(default_factory=list)
 
@@ -95,8 +97,11 @@ class Job:
         marker = self.root / "fail-once"
         if fail:
             marker.touch()
-        output = self.root / f"out-{len(self.outputs)}"
-        self.outputs.append(output)
+        # A file sink's log lives beside its data and follows the checkpoint's batches,
+        # so every run on one checkpoint writes to that checkpoint's output.
+        output = self.root / f"out-{checkpoint.name}"
+        if output not in self.outputs:
+            self.outputs.append(output)
         if fail:
             with pytest.raises(StreamingQueryException, match="injected failure"):
                 self.start(
@@ -125,6 +130,8 @@ class Job:
             .option("maxOffsetsPerTrigger", max_per_trigger)
             .load()
         )
+        if self.scramble:
+            events = events.repartition(3)
         out = events.transform(
             with_task_state(
                 RunningCount(marker),
@@ -176,6 +183,19 @@ def assert_applied_in_offset_order(output: DataFrame, seed: int) -> None:
         assert offsets == sorted(offsets), f"seed={seed} {key} applied out of offset order"
 
 
+def assert_same_as(reference: Job, job: Job, checkpoint: Path) -> None:
+    """The job's output and its last checkpoint's state equal the reference run's."""
+    assert_df_equality(
+        job.output(), reference.output(), ignore_row_order=True, ignore_nullable=True
+    )
+    assert_df_equality(
+        final_state(job.spark, checkpoint),
+        final_state(reference.spark, reference.root / "cp"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
 @pytest.fixture
 def seed() -> int:
     value = random.randrange(2**32)
@@ -209,15 +229,27 @@ def test_rescale_1_2_4_2_1_with_failures_equals_a_single_run(
         job.run(checkpoint, factor, fail=step in (0, 2))
     reference = reference_run(spark, tmp_path, seed, sizes)
 
-    assert_df_equality(
-        job.output(), reference.output(), ignore_row_order=True, ignore_nullable=True
-    )
-    assert_df_equality(
-        final_state(spark, checkpoints[-1]),
-        final_state(spark, tmp_path / "reference" / "cp"),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    assert_same_as(reference, job, checkpoints[-1])
+    assert_applied_in_offset_order(job.output(), seed)
+
+
+def test_rescaled_query_restarts_after_its_first_commit(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # The seed goes in as initialState only until a batch commits, so the restarts after
+    # that run a different plan on the same checkpoint; they must neither reload nor lose it.
+    job = Job(spark, tmp_path / "job", random.Random(seed), scramble=True)
+    first, split = tmp_path / "cp", tmp_path / "cp-split"
+    job.produce(200)
+    job.run(first, 1)
+    rescale(first, split, 2, spark)
+    job.produce(200)
+    job.run(split, 2)  # commits batches on the rescaled checkpoint
+    job.produce(200)
+    job.run(split, 2, fail=True)  # restarts, dies mid-batch, restarts again
+    reference = reference_run(spark, tmp_path, seed, [200, 200, 200])
+
+    assert_same_as(reference, job, split)
     assert_applied_in_offset_order(job.output(), seed)
 
 
@@ -238,15 +270,7 @@ def test_two_queries_owning_halves_merge_into_one(
     job.run(merged, 1)
     reference = reference_run(spark, tmp_path, seed, [250, 150, 100])
 
-    assert_df_equality(
-        job.output(), reference.output(), ignore_row_order=True, ignore_nullable=True
-    )
-    assert_df_equality(
-        final_state(spark, merged),
-        final_state(spark, tmp_path / "reference" / "cp"),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    assert_same_as(reference, job, merged)
 
 
 def test_replay_from_lower_offsets_is_skipped_and_counted(
@@ -286,6 +310,9 @@ def test_replay_from_lower_offsets_is_skipped_and_counted(
     assert metrics["records_skipped"] == 120, f"seed={seed}"
     assert metrics["records_processed"] == 0
     assert metrics["task_count"] == 4
+    assert 1 <= metrics["active_tasks"] <= 4
+    assert metrics["key_bucket_ns"] > 0  # every record was compared with the seeded checkpoints
+    assert metrics["checkpoint_resolve_ns"] >= 0
     assert spark.read.parquet(str(tmp_path / "replayed")).count() == 0
 
 
@@ -342,6 +369,34 @@ def test_rescale_refuses_bad_factor_and_nonempty_target_writing_nothing(
         rescale(checkpoint, tmp_path / "busy", 2, spark)
     assert not (tmp_path / "new").exists()
     assert sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*")) == before
+
+
+def test_rescale_leaves_its_sources_untouched(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+
+    def files() -> dict[Path, tuple[int, int]]:
+        return {
+            p.relative_to(checkpoint): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in checkpoint.rglob("*")
+            if p.is_file()
+        }
+
+    before = files()
+    rescale(checkpoint, tmp_path / "new", 2, spark)
+    assert files() == before
+
+
+def test_rescale_refuses_overlapping_sources(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    copy = tmp_path / "copy"
+    shutil.copytree(checkpoint, copy)
+    with pytest.raises(CheckpointError, match="sources overlap"):
+        rescale([checkpoint, copy], tmp_path / "new", 2, spark)
+    assert not (tmp_path / "new").exists()
 
 
 def test_rescale_refuses_uncommitted_last_batch(
