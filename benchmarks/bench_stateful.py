@@ -22,6 +22,7 @@ import argparse
 import json
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -152,22 +153,25 @@ def overhead(work: Path, records: int, keys: int, runs: int) -> None:
     spark = session()
     times: dict[bool, list[float]] = {True: [], False: []}
     for i in range(runs):
-        for with_checkpoints in (True, False):
+        # ABBA: the variant that runs first in a round alternates, so a machine that
+        # warms up (or slows down) over a round does not favour one of them.
+        for with_checkpoints in (True, False) if i % 2 == 0 else (False, True):
             checkpoint = work / f"overhead-{with_checkpoints}-{i}"
             times[with_checkpoints].append(
                 run_query(spark, log_dir, checkpoint, counter(), 2, records // 10, with_checkpoints)
             )
     spark.stop()
-    best_with, best_without = min(times[True]), min(times[False])
     print(
         f"\n### Bucket-checkpoint overhead ({records:,} records, {keys:,} keys, "
-        "4 virtual tasks, 10 micro-batches)\n"
+        "4 virtual tasks, 10 micro-batches, runs in ABBA order)\n"
     )
-    print(f"| running count | best of {runs} (s) | records/s |")
-    print("|---|---:|---:|")
-    print(f"| without bucket checkpoints | {best_without:.1f} | {records / best_without:,.0f} |")
-    print(f"| with bucket checkpoints | {best_with:.1f} | {records / best_with:,.0f} |")
-    print(f"\noverhead: {100 * (best_with / best_without - 1):+.1f}%")
+    print(f"| running count | best of {runs} (s) | median (s) | records/s (best) |")
+    print("|---|---:|---:|---:|")
+    for label, variant in (("without", False), ("with", True)):
+        best, middle = min(times[variant]), statistics.median(times[variant])
+        print(f"| {label} bucket checkpoints | {best:.1f} | {middle:.1f} | {records / best:,.0f} |")
+    ratio = statistics.median(times[True]) / statistics.median(times[False])
+    print(f"\noverhead (medians): {100 * (ratio - 1):+.1f}%")
 
 
 def build_state(work: Path, keys: int) -> tuple[Path, Path]:

@@ -25,10 +25,24 @@ __all__ = ["BucketOffset", "CheckpointReport", "read_checkpoint"]
 class BucketOffset:
     """One bucket checkpoint of one virtual task.
 
-    ``behind`` is how many offsets the query has committed past this
-    bucket's next offset: records of other buckets (or none at all) since
-    this bucket last saw one. A negative value means the bucket is ahead of
-    the query (a rescaled bucket that some source had already applied).
+    Attributes
+    ----------
+    virtual_task
+        The task's name, e.g. ``Partition 0_1_2``.
+    stream, partition
+        The stream partition the checkpoint is for.
+    key_bucket, elasticity_factor
+        The key bucket it covers (a task may hold checkpoints of coarser or
+        finer buckets after a rescale).
+    next_offset
+        The next offset of that bucket's keys to apply.
+    committed_offset
+        The offset the query's last committed batch read up to in that partition.
+    behind
+        ``committed_offset - next_offset``: records of other buckets (or
+        none at all) since this bucket last saw one. Negative when the
+        bucket is ahead of the query (a rescaled bucket that some source
+        had already applied).
     """
 
     virtual_task: str
@@ -43,7 +57,24 @@ class BucketOffset:
 
 @dataclass(frozen=True)
 class CheckpointReport:
-    """A checkpoint's job, last batch and bucket checkpoints."""
+    """A checkpoint's job, last batch and bucket checkpoints.
+
+    Attributes
+    ----------
+    path
+        The checkpoint directory.
+    job
+        Its ``job.json``.
+    batch_id
+        The last micro-batch in Spark's offset log, ``None`` before the first.
+    committed
+        Whether that batch committed.
+    offsets
+        The source offsets the last committed batch read up to, per topic
+        and partition (as strings, like Spark's offset log).
+    buckets
+        Every bucket checkpoint stored, by virtual task.
+    """
 
     path: Path
     job: JobSpec
@@ -79,7 +110,27 @@ class CheckpointReport:
 def read_checkpoint(
     path: str | os.PathLike[str], spark: SparkSession | None = None
 ) -> CheckpointReport:
-    """Each virtual task's bucket checkpoints and how far behind the committed offsets they are."""
+    """Each virtual task's bucket checkpoints and how far behind the committed offsets they are.
+
+    Runs on the driver; reads the state with Spark's state data source, so it
+    works on a running query's checkpoint too (as of its last commit).
+
+    Parameters
+    ----------
+    path
+        A checkpoint written by a :func:`with_task_state` query or by :func:`rescale`.
+    spark
+        The session to read state with (default: the active one, or a local one).
+
+    Returns
+    -------
+    CheckpointReport
+
+    Raises
+    ------
+    CheckpointError
+        Not a spark-elastic stateful checkpoint, or unreadable.
+    """
     from spark_elastic._session import active_or_local_session
     from spark_elastic._stateful import CHECKPOINT_STATE
 

@@ -31,6 +31,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,9 +111,28 @@ class RescaleResult:
 def starting_offsets(checkpoint: str | os.PathLike[str], default: str = "earliest") -> str:
     """The ``startingOffsets`` option for a query on ``checkpoint``.
 
-    A checkpoint made by :func:`rescale` and not started yet returns the JSON
-    offsets its buckets need; any other returns ``default`` (Spark ignores
-    ``startingOffsets`` when resuming a checkpoint anyway).
+    Runs on the driver, once per query start; reads ``job.json`` and Spark's
+    offset log, nothing else.
+
+    Parameters
+    ----------
+    checkpoint
+        The query's checkpoint location (it may not exist yet).
+    default
+        What to return for any checkpoint but a rescaled one not started yet.
+
+    Returns
+    -------
+    str
+        For a checkpoint made by :func:`rescale` and not started yet, the
+        JSON offsets (``{"topic": {"partition": offset}}``) its buckets
+        need; otherwise ``default`` (Spark ignores ``startingOffsets`` when
+        it resumes a checkpoint anyway).
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint's ``job.json`` or offset log cannot be read.
     """
     job = read_job(checkpoint)
     if job is None or job.starting_offsets is None or last_batch(checkpoint) is not None:
@@ -124,6 +144,17 @@ def stopped_source(
     path: str | os.PathLike[str], spark: SparkSession | None = None
 ) -> SourceCheckpoint:
     """Read a source checkpoint, refusing one that cannot be rescaled.
+
+    Parameters
+    ----------
+    path
+        The checkpoint of a stopped query that ran :func:`with_task_state`.
+    spark
+        The session, to tell whether a query of this process still runs on it.
+
+    Returns
+    -------
+    SourceCheckpoint
 
     Raises
     ------
@@ -218,6 +249,7 @@ def rescale(
             _check_unchanged(source)
         _check_one_job(checkpoints)
         _check_disjoint(checkpoints)
+        _check_complete(checkpoints)
 
         entries = _effective_checkpoints(session, checkpoints)
         new_plan = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, factor)
@@ -245,10 +277,12 @@ def _check_unchanged(source: SourceCheckpoint) -> None:
 def _check_target(target: Path, sources: list[Path]) -> None:
     resolved = target.resolve()
     for source in sources:
-        if source.resolve() == resolved:
+        # Nested either way, writing one would change the other.
+        if resolved.is_relative_to(source.resolve()) or source.resolve().is_relative_to(resolved):
             raise ArgumentError.invalid(
                 "target",
-                "a directory other than the sources (they are never modified)",
+                "a directory other than the sources, and neither inside one nor holding one "
+                "(sources are never modified)",
                 str(target),
             )
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -286,6 +320,31 @@ def _check_disjoint(checkpoints: list[SourceCheckpoint]) -> None:
                         f"sources overlap: {str(path_a)!r} owns {a} and {str(path_b)!r} owns {b}, "
                         "which share keys; pass only the latest checkpoint of each virtual task"
                     )
+
+
+def _check_complete(checkpoints: list[SourceCheckpoint]) -> None:
+    """The sources together must own every key of the job, or some would restart from 0.
+
+    Sources are disjoint (checked first), so a task's keys are all owned
+    exactly when the shares ``1 / factor`` of its owned virtual tasks add up to 1.
+    """
+    share: dict[TaskName, Fraction] = {}
+    for source in checkpoints:
+        for task in source.owned_tasks():
+            share[task.base] = share.get(task.base, Fraction(0)) + Fraction(
+                1, task.elasticity_factor
+            )
+    bases = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, 1).task_names()
+    missing = [str(base) for base in bases if share.get(TaskName.parse(base), 0) != 1]
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise CheckpointError(
+            f"sources do not cover the whole job: no source owns all the keys of {shown}; "
+            "pass the latest checkpoint of every query that ran the job's virtual tasks "
+            "(a task left out would start again from offset 0)"
+        )
 
 
 def _effective_checkpoints(

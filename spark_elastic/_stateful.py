@@ -157,7 +157,24 @@ class TaskState:
     def get(
         self, key: bytes | str, default: tuple[Any, ...] | None = None
     ) -> tuple[Any, ...] | None:
-        """The state of ``key``, or ``default`` if it has none."""
+        """The state of ``key``, or ``default`` if it has none.
+
+        Runs on an executor, inside :meth:`TaskProcessor.process`; the first
+        read of a key in a call is one round trip to the StateStore, later
+        ones are cached.
+
+        Parameters
+        ----------
+        key
+            A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
+        default
+            Returned when the key has no state.
+
+        Returns
+        -------
+        tuple or None
+            The value, in the order of ``state_schema``.
+        """
         k = _state_key(key)
         if k not in self._cache:
             self._cache[k] = self._store.getValue((k,))  # None when absent: one round trip
@@ -165,13 +182,28 @@ class TaskState:
         return default if value is None else tuple(value)
 
     def put(self, key: bytes | str, value: Iterable[Any]) -> None:
-        """Set the state of ``key``, a record key of this task (see the class notes)."""
+        """Set the state of ``key``, a record key of this task (see the class notes).
+
+        Parameters
+        ----------
+        key
+            A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
+        value
+            The new value, in the order of ``state_schema``; buffered until
+            ``process`` returns, committed with the micro-batch.
+        """
         k = _state_key(key)
         self._cache[k] = tuple(_native(v) for v in value)
         self._dirty.add(k)
 
     def delete(self, key: bytes | str) -> None:
-        """Forget ``key``."""
+        """Forget ``key`` (buffered like :meth:`put`).
+
+        Parameters
+        ----------
+        key
+            A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
+        """
         k = _state_key(key)
         self._cache[k] = None
         self._dirty.add(k)
@@ -444,8 +476,20 @@ def with_task_state(
         their cost: without them a replay is not skipped and the checkpoint
         cannot be rescaled correctly.
 
+    Returns
+    -------
+    Callable[[DataFrame], DataFrame]
+        The transform, for ``df.transform(...)``: it returns the processor's
+        output rows (``output_schema``) as a streaming DataFrame.
+
     Raises
     ------
+    ArgumentTypeError
+        ``processor`` is not a :class:`TaskProcessor`.
+    ArgumentError
+        A schema attribute is not a DDL string, an empty ``job``, a bad
+        factor, grouper, hash or column names, or (when the transform is
+        applied) no partition counts for a streaming DataFrame.
     CheckpointError
         The checkpoint belongs to another job, factor or task set, or another
         process is running a query on it.

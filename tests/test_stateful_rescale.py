@@ -399,6 +399,28 @@ def test_rescale_refuses_overlapping_sources(
     assert not (tmp_path / "new").exists()
 
 
+def test_rescale_refuses_sources_that_do_not_cover_the_job(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # Only the even halves ran here: the odd ones would start again from offset 0.
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    job.produce(40)
+    evens = tmp_path / "cp-evens"
+    job.run(evens, 2, tasks=[f"Partition {p}_0_2" for p in range(PARTITIONS)])
+    with pytest.raises(CheckpointError, match=r"do not cover the whole job.*Partition 0"):
+        rescale(evens, tmp_path / "new", 1, spark)
+    assert not (tmp_path / "new").exists()
+
+
+def test_rescale_refuses_a_target_inside_a_source(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    with pytest.raises(ArgumentError, match="neither inside one"):
+        rescale(checkpoint, checkpoint / "rescaled", 2, spark)
+    assert not (checkpoint / "rescaled").exists()
+
+
 def test_rescale_refuses_uncommitted_last_batch(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
