@@ -156,6 +156,11 @@ def is_balanced(
     tasks, clients, config
         The input the assignment was made for.
 
+    Returns
+    -------
+    bool
+        ``True`` when every rule holds, ``False`` when any is broken.
+
     Raises
     ------
     AssignmentError

@@ -77,6 +77,19 @@ def key_bucket(
         ``"spark"`` (native Murmur3, default) or ``"java"`` (Samza-compatible).
     columns
         Names of the key and offset columns.
+
+    Returns
+    -------
+    Column
+        An int column, evaluated on executors as :func:`key_hash` is.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``elasticity_factor`` is not an ``int``.
+    ArgumentError
+        ``elasticity_factor`` is not a power of two from 1 to 1024, or ``hash``
+        is not a hash mode.
     """
     from pyspark.sql import functions as F
 

@@ -84,7 +84,15 @@ class CheckpointReport:
     buckets: tuple[BucketOffset, ...]
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document."""
+        """The ``--json`` document.
+
+        Returns
+        -------
+        dict
+            ``checkpoint``, ``job`` (its ``job.json``), ``batchId``,
+            ``lastBatchCommitted``, ``committedOffsets`` and ``buckets``, one dict
+            per bucket checkpoint with the :class:`BucketOffset` fields in camelCase.
+        """
         return {
             "checkpoint": str(self.path),
             "job": self.job.to_json(),

@@ -44,7 +44,25 @@ class KafkaColumns:
 
     @classmethod
     def of(cls, value: KafkaColumns | Mapping[str, str] | None) -> KafkaColumns:
-        """Accept ``None`` (defaults), a :class:`KafkaColumns` or a ``{role: name}`` mapping."""
+        """Accept ``None`` (defaults), a :class:`KafkaColumns` or a ``{role: name}`` mapping.
+
+        Parameters
+        ----------
+        value
+            The columns; a mapping's roles are among ``key``, ``topic``,
+            ``partition`` and ``offset``, and roles it leaves out keep their defaults.
+
+        Returns
+        -------
+        KafkaColumns
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``value`` is none of the accepted types.
+        ArgumentError
+            The mapping has a role other than the four.
+        """
         if value is None:
             return cls()
         if isinstance(value, KafkaColumns):
@@ -61,6 +79,14 @@ class KafkaColumns:
 
     def validate(self, df: DataFrame) -> None:
         """Check that ``df`` has every column with an acceptable type.
+
+        Runs on the driver, against ``df.schema`` only.
+
+        Parameters
+        ----------
+        df
+            The Kafka-source DataFrame: ``key`` binary or string, ``topic`` string,
+            ``partition`` and ``offset`` int or bigint.
 
         Raises
         ------
@@ -84,7 +110,18 @@ class KafkaColumns:
                 )
 
     def check_no_output_clash(self, df: DataFrame) -> None:
-        """Refuse a DataFrame that already has one of the columns we add."""
+        """Refuse a DataFrame that already has one of the columns we add.
+
+        Parameters
+        ----------
+        df
+            The DataFrame a transform is about to add :data:`OUTPUT_COLUMNS` to.
+
+        Raises
+        ------
+        ColumnError
+            ``df`` already has ``key_bucket``, ``virtual_task`` or ``routing_key``.
+        """
         clash = [c for c in OUTPUT_COLUMNS if c in df.columns]
         if clash:
             raise ColumnError(
@@ -93,5 +130,11 @@ class KafkaColumns:
             )
 
     def as_dict(self) -> dict[str, Any]:
-        """``{role: column name}``."""
+        """``{role: column name}``.
+
+        Returns
+        -------
+        dict of str to str
+            The four roles (``key``, ``topic``, ``partition``, ``offset``) and their names.
+        """
         return {f.name: getattr(self, f.name) for f in fields(self)}

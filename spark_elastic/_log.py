@@ -109,7 +109,14 @@ class TopicDescription:
         return sum(self.end_offsets)
 
     def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict: topic, partitions, end offsets keyed by partition, records."""
+        """A JSON-ready dict: topic, partitions, end offsets keyed by partition, records.
+
+        Returns
+        -------
+        dict
+            ``{"topic": str, "partitions": int, "end_offsets": {"<p>": int, ...},
+            "records": int}``; partition numbers are string keys, as JSON needs.
+        """
         return {
             "topic": self.topic,
             "partitions": self.partitions,
@@ -177,7 +184,13 @@ class EmbeddedLog:
         return f"EmbeddedLog({str(self._path)!r})"
 
     def topics(self) -> list[str]:
-        """The topic names, sorted."""
+        """The topic names, sorted.
+
+        Returns
+        -------
+        list of str
+            Every complete topic (topics still being created are left out).
+        """
         return sorted(
             entry.name
             for entry in self._path.iterdir()
@@ -190,8 +203,24 @@ class EmbeddedLog:
         The topic appears at once, complete: it is built under a temporary
         name and renamed into place.
 
+        Parameters
+        ----------
+        topic
+            A Kafka topic name: 1 to 249 of ``A-Z a-z 0-9 . _ -``, not ``.`` or ``..``.
+        partitions
+            The partition count, from 1 to :data:`MAX_PARTITIONS` (10,000).
+
+        Returns
+        -------
+        TopicDescription
+            The new topic, every end offset 0.
+
         Raises
         ------
+        ArgumentTypeError
+            ``topic`` is not a ``str`` or ``partitions`` not an ``int``.
+        ArgumentError
+            ``topic`` is not a valid name or ``partitions`` is out of range.
         LogError
             The topic exists.
         """
@@ -222,6 +251,15 @@ class EmbeddedLog:
     def partition_count(self, topic: str) -> int:
         """The topic's current partition count.
 
+        Parameters
+        ----------
+        topic
+            The topic name.
+
+        Returns
+        -------
+        int
+
         Raises
         ------
         LogError
@@ -233,6 +271,20 @@ class EmbeddedLog:
         """``{topic: partition count}`` for ``topics`` (default: every topic), in the order given.
 
         The form ``withVirtualTasks(partitions=...)`` and ``cogroup(partition_counts=...)`` take.
+
+        Parameters
+        ----------
+        topics
+            Topic names, or one topic name as a ``str``, or ``None`` for every topic.
+
+        Returns
+        -------
+        dict of str to int
+
+        Raises
+        ------
+        LogError
+            A topic does not exist.
         """
         if isinstance(topics, str):
             topics = [topics]
@@ -246,8 +298,25 @@ class EmbeddedLog:
         are, so keys produced from now on may map to other partitions. Asking
         for the current count is a no-op, so a repeated grow is harmless.
 
+        Parameters
+        ----------
+        topic
+            An existing topic.
+        partitions
+            The new partition count, from the current count to :data:`MAX_PARTITIONS`.
+
+        Returns
+        -------
+        TopicDescription
+            The topic after growing.
+
         Raises
         ------
+        ArgumentTypeError
+            ``topic`` is not a ``str`` or ``partitions`` not an ``int``.
+        ArgumentError
+            ``topic`` is not a valid name or ``partitions`` is outside
+            ``[1, MAX_PARTITIONS]``.
         LogError
             No such topic, or ``partitions`` is below the current count.
         """
@@ -271,6 +340,16 @@ class EmbeddedLog:
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's end offset (its record count), by partition number.
 
+        Parameters
+        ----------
+        topic
+            The topic name.
+
+        Returns
+        -------
+        dict of int to int
+            ``{partition: end offset}`` for partitions ``0..n-1``.
+
         Raises
         ------
         LogError
@@ -280,6 +359,15 @@ class EmbeddedLog:
 
     def describe(self, topic: str) -> TopicDescription:
         """The topic's partitions and end offsets.
+
+        Parameters
+        ----------
+        topic
+            The topic name.
+
+        Returns
+        -------
+        TopicDescription
 
         Raises
         ------
@@ -308,6 +396,11 @@ class EmbeddedLog:
         end
             Offset after the last; ``None`` is the partition's end offset now.
 
+        Returns
+        -------
+        pyarrow.RecordBatch
+            ``end - start`` rows, in offset order (empty, with the schema, if none).
+
         Raises
         ------
         LogError
@@ -335,7 +428,29 @@ class EmbeddedLog:
     ) -> Iterator[pa.RecordBatch]:
         """Like :meth:`read`, as several batches of at most ``max_bytes`` of records each.
 
-        The range is checked at once, before the first batch is asked for.
+        The range is checked at once, before the first batch is asked for. The
+        ``elastic-log`` source calls it on executors, once per Spark task.
+
+        Parameters
+        ----------
+        topic, partition, start, end
+            As for :meth:`read`.
+        max_bytes
+            Most bytes of record frames per batch; a larger record gets a batch
+            of its own.
+
+        Returns
+        -------
+        Iterator of pyarrow.RecordBatch
+            Batches of the rows of ``[start, end)``, in offset order.
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``partition``, ``start`` or ``end`` is not an ``int``.
+        LogError
+            No such topic or partition, the range is outside ``[0, end offset]``,
+            or (while iterating) a committed record fails its checks.
         """
         self._check_partition(topic, partition)
         available = end_offset(self._path / topic, partition)
@@ -351,13 +466,39 @@ class EmbeddedLog:
         return read_batches(self._path / topic, topic, partition, start, stop, max_bytes=max_bytes)
 
     def producer(self, topic: str) -> Producer:
-        """A :class:`~spark_elastic._log_producer.Producer` for ``topic``."""
+        """A :class:`~spark_elastic._log_producer.Producer` for ``topic``.
+
+        Parameters
+        ----------
+        topic
+            An existing topic.
+
+        Returns
+        -------
+        Producer
+            A new producer; close it when done.
+
+        Raises
+        ------
+        LogError
+            No such topic.
+        """
         from spark_elastic._log_producer import Producer
 
         return Producer(self, topic)
 
     def topic_dir(self, topic: str) -> Path:
         """The directory of an existing topic.
+
+        Parameters
+        ----------
+        topic
+            The topic name.
+
+        Returns
+        -------
+        pathlib.Path
+            ``<log path>/<topic>``.
 
         Raises
         ------

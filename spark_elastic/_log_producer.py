@@ -144,10 +144,19 @@ class Producer:
         partition
             Write to this partition instead of the key's.
 
+        Returns
+        -------
+        SendResult
+            The record's ``partition, offset``.
+
         Raises
         ------
+        ArgumentTypeError
+            A key, value, timestamp or partition has the wrong type.
         ArgumentError
             ``partition`` does not exist, or a value is out of range.
+        LogError
+            The producer is closed.
         """
         blob_key = _to_blob(key, "key")
         blob_value = _to_blob(value, "value")

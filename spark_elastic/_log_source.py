@@ -116,6 +116,11 @@ def register_log_source(spark: SparkSession) -> None:
     """Make ``format("elastic-log")`` available in ``spark``; calling it again is harmless.
 
     Runs on the driver. Works for classic and Spark Connect sessions.
+
+    Parameters
+    ----------
+    spark
+        The session to register the ``elastic-log`` data source in.
     """
     spark.dataSource.register(ElasticLogDataSource)
 

@@ -50,6 +50,18 @@ def validate_elasticity_factor(value: object, name: str = "elasticity_factor") -
     A valid factor is a power of two from 1 to 1024 (SEP-32 splits and merges
     virtual tasks by halving and doubling, so only powers of two nest).
 
+    Parameters
+    ----------
+    value
+        The candidate factor.
+    name
+        The argument name to put in the error message.
+
+    Returns
+    -------
+    int
+        ``value`` itself.
+
     Raises
     ------
     ArgumentTypeError
@@ -117,16 +129,57 @@ class SystemStreamPartition:
         return f"SystemStreamPartition [{self.system}, {self.stream}, {self.partition}{bucket}]"
 
     def whole(self) -> SystemStreamPartition:
-        """This partition without its key bucket."""
+        """This partition without its key bucket.
+
+        Returns
+        -------
+        SystemStreamPartition
+            The same system, stream and partition with ``key_bucket=None``.
+        """
         return SystemStreamPartition(self.system, self.stream, self.partition)
 
     def with_bucket(self, key_bucket: int | None) -> SystemStreamPartition:
-        """The same partition restricted to ``key_bucket``."""
+        """The same partition restricted to ``key_bucket``.
+
+        Parameters
+        ----------
+        key_bucket
+            The key bucket, a non-negative int, or ``None`` for the whole partition.
+
+        Returns
+        -------
+        SystemStreamPartition
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``key_bucket`` is neither an ``int`` nor ``None``.
+        ArgumentError
+            ``key_bucket`` is negative.
+        """
         return SystemStreamPartition(self.system, self.stream, self.partition, key_bucket)
 
     @classmethod
     def parse(cls, text: str) -> SystemStreamPartition:
-        """Parse Samza's string form, with or without a key bucket."""
+        """Parse Samza's string form, with or without a key bucket.
+
+        Parameters
+        ----------
+        text
+            ``"SystemStreamPartition [system, stream, partition]"``, optionally
+            with a fourth ``key_bucket`` field, as ``str()`` writes it.
+
+        Returns
+        -------
+        SystemStreamPartition
+
+        Raises
+        ------
+        TaskNameError
+            ``text`` does not fit the format.
+        ArgumentError
+            The system or stream name has surrounding spaces.
+        """
         match = _SSP_RE.fullmatch(text)
         if match is None:
             raise TaskNameError(
@@ -222,7 +275,29 @@ class TaskName:
     def for_partition(
         cls, partition: int, key_bucket: int = 0, elasticity_factor: int = 1
     ) -> TaskName:
-        """``Partition <partition>[_<bucket>_<factor>]``."""
+        """``Partition <partition>[_<bucket>_<factor>]``.
+
+        Parameters
+        ----------
+        partition
+            The partition (or cogroup group) index, from 0.
+        key_bucket, elasticity_factor
+            The virtual task's bucket, from 0 to ``elasticity_factor - 1``, and
+            its factor, a power of two from 1 to 1024 (1: a plain task).
+
+        Returns
+        -------
+        TaskName
+            A :attr:`TaskKind.PARTITION` name.
+
+        Raises
+        ------
+        ArgumentTypeError
+            An argument is not an ``int``.
+        ArgumentError
+            ``partition`` is negative, the factor is invalid, or the bucket is
+            outside ``[0, elasticity_factor)``.
+        """
         return cls(
             TaskKind.PARTITION,
             partition=_validate_index(partition, "partition"),
@@ -234,7 +309,29 @@ class TaskName:
     def for_stream_partition(
         cls, ssp: SystemStreamPartition, key_bucket: int = 0, elasticity_factor: int = 1
     ) -> TaskName:
-        """``SystemStreamPartition [system, stream, p[, bucket]][_<factor>]``."""
+        """``SystemStreamPartition [system, stream, p[, bucket]][_<factor>]``.
+
+        Parameters
+        ----------
+        ssp
+            The stream partition; any key bucket it carries is dropped.
+        key_bucket, elasticity_factor
+            The virtual task's bucket, from 0 to ``elasticity_factor - 1``, and
+            its factor, a power of two from 1 to 1024 (1: a plain task).
+
+        Returns
+        -------
+        TaskName
+            A :attr:`TaskKind.SSP` name.
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``ssp`` is not a :class:`SystemStreamPartition`, or the bucket or
+            factor is not an ``int``.
+        ArgumentError
+            The factor is invalid, or the bucket is outside ``[0, elasticity_factor)``.
+        """
         if not isinstance(ssp, SystemStreamPartition):
             raise ArgumentTypeError.wrong_type("ssp", "a SystemStreamPartition", ssp)
         return cls(
@@ -246,7 +343,23 @@ class TaskName:
 
     @classmethod
     def for_processor(cls, processor: str) -> TaskName:
-        """``Task-<processor>``."""
+        """``Task-<processor>``.
+
+        Parameters
+        ----------
+        processor
+            The processor name, a non-empty ``str``.
+
+        Returns
+        -------
+        TaskName
+            A :attr:`TaskKind.SINGLE` name (never virtual).
+
+        Raises
+        ------
+        ArgumentError
+            ``processor`` is not a non-empty ``str``.
+        """
         if not isinstance(processor, str) or not processor:
             raise ArgumentError.invalid("processor", "a non-empty processor name", processor)
         return cls(TaskKind.SINGLE, processor=processor)
@@ -266,7 +379,26 @@ class TaskName:
         return TaskName(self.kind, self.partition, self.ssp, self.processor)
 
     def at_factor(self, key_bucket: int, elasticity_factor: int) -> TaskName:
-        """The task with the same base at another bucket and factor."""
+        """The task with the same base at another bucket and factor.
+
+        Parameters
+        ----------
+        key_bucket, elasticity_factor
+            The new bucket, from 0 to ``elasticity_factor - 1``, and factor, a
+            power of two from 1 to 1024 (1 for a single-task name).
+
+        Returns
+        -------
+        TaskName
+
+        Raises
+        ------
+        ArgumentTypeError
+            The bucket or factor is not an ``int``.
+        ArgumentError
+            The factor is invalid, the bucket is outside ``[0, elasticity_factor)``,
+            or a single-task name is given a factor other than 1.
+        """
         return TaskName(
             self.kind, self.partition, self.ssp, self.processor, key_bucket, elasticity_factor
         )
@@ -289,8 +421,19 @@ class TaskName:
     def parse(cls, text: str) -> TaskName:
         """Read a task name back into its parts.
 
+        Parameters
+        ----------
+        text
+            A task name as ``str()`` writes it (see the module docstring).
+
+        Returns
+        -------
+        TaskName
+
         Raises
         ------
+        ArgumentTypeError
+            ``text`` is not a ``str``.
         TaskNameError
             ``text`` fits none of the formats, or names a bucket outside its
             factor, or spells a plain task in the virtual form.
@@ -391,6 +534,20 @@ def bucket_lineage(bucket_a: int, factor_a: int, bucket_b: int, factor_b: int) -
     factor ``g`` dividing ``f``; lineage is defined only where one factor
     divides the other.
 
+    Parameters
+    ----------
+    bucket_a, factor_a
+        The first bucket, from 0 to ``factor_a - 1``, and its factor, a positive int.
+    bucket_b, factor_b
+        The second bucket and factor, likewise.
+
+    Returns
+    -------
+    Lineage
+        :attr:`Lineage.ANCESTOR` when ``bucket_a`` was split into ``bucket_b``,
+        :attr:`Lineage.DESCENDANT` the other way round, :attr:`Lineage.SAME`
+        or :attr:`Lineage.UNRELATED` otherwise.
+
     Raises
     ------
     ArgumentTypeError
@@ -423,6 +580,16 @@ def lineage(a: TaskName, b: TaskName) -> Lineage:
 
     Tasks of different partitions (or different stream partitions) are
     :attr:`Lineage.UNRELATED`.
+
+    Parameters
+    ----------
+    a, b
+        The task names to relate, ``a`` to ``b``.
+
+    Returns
+    -------
+    Lineage
+        As for :func:`bucket_lineage` on the two names' buckets and factors.
 
     Raises
     ------

@@ -66,7 +66,23 @@ class Grouper(enum.Enum):
 
     @classmethod
     def of(cls, value: Grouper | str) -> Grouper:
-        """Accept a :class:`Grouper` or its name, with a clear error otherwise."""
+        """Accept a :class:`Grouper` or its name, with a clear error otherwise.
+
+        Parameters
+        ----------
+        value
+            A :class:`Grouper`, or its value: ``"partition"``, ``"ssp"``,
+            ``"single"`` or ``"cogroup"``.
+
+        Returns
+        -------
+        Grouper
+
+        Raises
+        ------
+        ArgumentError
+            ``value`` names no grouper.
+        """
         if isinstance(value, Grouper):
             return value
         try:
@@ -122,7 +138,24 @@ class StreamInput:
 
     @classmethod
     def parse(cls, text: str) -> StreamInput:
-        """Parse ``system.stream:count``, the form ``spark-elastic plan --input`` takes."""
+        """Parse ``system.stream:count``, the form ``spark-elastic plan --input`` takes.
+
+        Parameters
+        ----------
+        text
+            ``"system.stream:count"``: the system ends at the first ``.``, the
+            count (ASCII digits) follows the last ``:``.
+
+        Returns
+        -------
+        StreamInput
+
+        Raises
+        ------
+        ArgumentError
+            ``text`` does not fit the form, a name is invalid, or the count is
+            outside ``[1, MAX_PARTITION_COUNT]``.
+        """
         system, dot, rest = text.partition(".")
         stream, colon, count = rest.rpartition(":")
         # ASCII digits only: str.isdigit() also takes "²" and "٣", which int() then refuses.
@@ -149,7 +182,14 @@ class TaskModel:
     partitions: tuple[SystemStreamPartition, ...]
 
     def to_json(self) -> dict[str, Any]:
-        """The ``spark-elastic plan --json`` form of this task."""
+        """The ``spark-elastic plan --json`` form of this task.
+
+        Returns
+        -------
+        dict
+            ``{"id", "name", "partitions"}``; each partition is a dict of
+            ``system``, ``stream``, ``partition`` and, when bucketed, ``keyBucket``.
+        """
         return {
             "id": self.id,
             "name": str(self.name),
@@ -232,7 +272,13 @@ class JobPlan:
     # -- lookups ------------------------------------------------------------------------------
 
     def stream_partitions(self) -> list[SystemStreamPartition]:
-        """Every input stream partition, in plan order."""
+        """Every input stream partition, in plan order.
+
+        Returns
+        -------
+        list of SystemStreamPartition
+            Whole partitions (no key bucket): inputs in order, partitions ascending.
+        """
         return [self._ssp(i) for i in range(self.partition_count)]
 
     def _ssp(self, index: int, key_bucket: int | None = None) -> SystemStreamPartition:
@@ -242,7 +288,18 @@ class JobPlan:
         )
 
     def base_task_name(self, base_index: int) -> TaskName:
-        """The (non-virtual) name of base task ``base_index``."""
+        """The (non-virtual) name of base task ``base_index``.
+
+        Parameters
+        ----------
+        base_index
+            The base task's index, from 0 to ``task_count // elasticity_factor - 1``
+            (not checked: numpy indexing applies).
+
+        Returns
+        -------
+        TaskName
+        """
         key = int(self.base_keys[base_index])
         kind = self.grouper.task_kind
         if kind is TaskKind.PARTITION:
@@ -252,7 +309,25 @@ class JobPlan:
         return TaskName.for_processor(self.processors[key])
 
     def task_name(self, task_id: int) -> TaskName:
-        """The name of task ``task_id``."""
+        """The name of task ``task_id``.
+
+        Parameters
+        ----------
+        task_id
+            The task id, from 0 to ``task_count - 1``.
+
+        Returns
+        -------
+        TaskName
+            The virtual task's name, or the base task's when the factor is 1.
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``task_id`` is not an ``int``.
+        ArgumentError
+            ``task_id`` is outside ``[0, task_count)``.
+        """
         base_index, bucket = divmod(self._check_task_id(task_id), self.elasticity_factor)
         base = self.base_task_name(base_index)
         if self.elasticity_factor == 1:
@@ -260,7 +335,13 @@ class JobPlan:
         return base.at_factor(bucket, self.elasticity_factor)
 
     def task_names(self) -> list[str]:
-        """Every task's name as a string, in id order (fast path for large plans)."""
+        """Every task's name as a string, in id order (fast path for large plans).
+
+        Returns
+        -------
+        list of str
+            ``str(self.task_name(i))`` for every id ``i``.
+        """
         factor = self.elasticity_factor
         bases = [str(self.base_task_name(i)) for i in range(len(self.base_keys))]
         if factor == 1:
@@ -272,7 +353,25 @@ class JobPlan:
         return [f"{base[:-1]}, {b}]_{factor}" for base in bases for b in buckets]
 
     def task(self, task_id: int) -> TaskModel:
-        """The full :class:`TaskModel` of task ``task_id``."""
+        """The full :class:`TaskModel` of task ``task_id``.
+
+        Parameters
+        ----------
+        task_id
+            The task id, from 0 to ``task_count - 1``.
+
+        Returns
+        -------
+        TaskModel
+            Its partitions carry the task's key bucket when the factor is above 1.
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``task_id`` is not an ``int``.
+        ArgumentError
+            ``task_id`` is outside ``[0, task_count)``.
+        """
         base_index, bucket = divmod(self._check_task_id(task_id), self.elasticity_factor)
         if self.grouper is Grouper.SINGLE:
             members: Sequence[int] | IntArray = range(self.partition_count)
@@ -286,8 +385,22 @@ class JobPlan:
     def task_id_of(self, system: str, stream: str, partition: int, key_bucket: int = 0) -> int:
         """The id of the task that reads ``key_bucket`` of the given stream partition.
 
+        Parameters
+        ----------
+        system, stream, partition
+            The stream partition, which must be an input of the plan.
+        key_bucket
+            The key bucket, from 0 to ``elasticity_factor - 1``.
+
+        Returns
+        -------
+        int
+            The task id.
+
         Raises
         ------
+        ArgumentError
+            ``key_bucket`` is outside ``[0, elasticity_factor)``.
         PlanError
             The stream partition is not in the plan (for instance a partition
             added after the plan was made), or the plan is single-task, where
@@ -303,7 +416,14 @@ class JobPlan:
         return int(self.ssp_base[index]) * self.elasticity_factor + key_bucket
 
     def ssp_task_ids(self) -> IntArray:
-        """Per input stream partition, the id of its bucket-0 task (add the bucket for others)."""
+        """Per input stream partition, the id of its bucket-0 task (add the bucket for others).
+
+        Returns
+        -------
+        numpy.ndarray of int64
+            One id per stream partition, in plan order; -1 under the single-task
+            grouper, where every task reads every partition.
+        """
         return self.ssp_base * self.elasticity_factor
 
     def _ssp_index(self, system: str, stream: str, partition: int) -> int:
@@ -337,11 +457,24 @@ class JobPlan:
     # -- mappings -----------------------------------------------------------------------------
 
     def partition_mapping(self) -> PartitionMapping:
-        """Each input stream partition's base task: what the next plan's expansion reads."""
+        """Each input stream partition's base task: what the next plan's expansion reads.
+
+        Returns
+        -------
+        PartitionMapping
+            As :meth:`PartitionMapping.from_plan` makes it.
+        """
         return PartitionMapping.from_plan(self)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``spark-elastic plan --json`` document."""
+        """The ``spark-elastic plan --json`` document.
+
+        Returns
+        -------
+        dict
+            ``grouper``, ``elasticityFactor``, ``inputs`` (``system``, ``stream``,
+            ``partitions``) and ``tasks`` (each as :meth:`TaskModel.to_json`).
+        """
         return {
             "grouper": self.grouper.value,
             "elasticityFactor": self.elasticity_factor,
@@ -396,13 +529,35 @@ class PartitionMapping:
     streams: Mapping[tuple[str, str], tuple[TaskName, ...]]
 
     def partition_count(self, system: str, stream: str) -> int | None:
-        """The stream's partition count in the earlier plan, ``None`` if it was not an input."""
+        """The stream's partition count in the earlier plan, ``None`` if it was not an input.
+
+        Parameters
+        ----------
+        system, stream
+            The stream to look up.
+
+        Returns
+        -------
+        int or None
+        """
         tasks = self.streams.get((system, stream))
         return None if tasks is None else len(tasks)
 
     @classmethod
     def from_plan(cls, plan: JobPlan) -> PartitionMapping:
-        """The mapping a plan defines."""
+        """The mapping a plan defines.
+
+        Parameters
+        ----------
+        plan
+            The plan to read.
+
+        Returns
+        -------
+        PartitionMapping
+            Each input stream's base tasks by partition; empty for a
+            single-task-grouper plan.
+        """
         if plan.grouper is Grouper.SINGLE:
             return cls(plan.grouper, {})
         names = [plan.base_task_name(i) for i in range(len(plan.base_keys))]
@@ -420,11 +575,24 @@ class PartitionMapping:
     def from_json(cls, document: object, source: str = "previous plan") -> PartitionMapping:
         """Read the mapping back from a ``spark-elastic plan --json`` document.
 
+        Parameters
+        ----------
+        document
+            The parsed JSON document, as :meth:`JobPlan.to_json` writes it.
+        source
+            What to call the document in error messages.
+
+        Returns
+        -------
+        PartitionMapping
+            With the document's grouper, or ``None`` when it names none.
+
         Raises
         ------
         PlanError
             The document is not a plan, or its partitions are not numbered
-            densely from 0 per stream.
+            densely from 0 per stream, or a partition is in two tasks, or it
+            mixes single-task names with others.
         """
         if not isinstance(document, dict) or not isinstance(document.get("tasks"), list):
             raise PlanError(f"{source}: expected a JSON object with a 'tasks' list")
@@ -509,6 +677,13 @@ def save_plan_json(plan: JobPlan, path: str | os.PathLike[str]) -> None:
     over ``path``, so a reader sees the old plan or the new one, never half.
     Missing parent directories are created.
 
+    Parameters
+    ----------
+    plan
+        The plan to write, as :meth:`JobPlan.to_json`.
+    path
+        The file to write; an existing file is replaced.
+
     Raises
     ------
     PlanError
@@ -576,6 +751,16 @@ def _remove_partial(tmp: str | None, created: list[Path]) -> None:
 
 def load_plan_json(path: str | os.PathLike[str]) -> PartitionMapping:
     """Read the partition mapping from a plan file written by :func:`save_plan_json`.
+
+    Parameters
+    ----------
+    path
+        The plan file (UTF-8 JSON).
+
+    Returns
+    -------
+    PartitionMapping
+        To pass to :func:`plan_job` as ``previous``.
 
     Raises
     ------

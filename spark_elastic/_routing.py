@@ -67,6 +67,16 @@ def routing_keys(num_tasks: int) -> npt.NDArray[np.int32]:
 
     Deterministic: the same ``num_tasks`` always gives the same keys.
 
+    Parameters
+    ----------
+    num_tasks
+        The number of tasks (and of Spark partitions), from 1 to 1,048,576.
+
+    Returns
+    -------
+    numpy.ndarray of int32
+        ``num_tasks`` distinct non-negative keys, indexed by task id.
+
     Raises
     ------
     ArgumentError

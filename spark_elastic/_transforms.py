@@ -54,7 +54,26 @@ class VirtualTaskRouting:
 
     @classmethod
     def of(cls, plan: JobPlan) -> VirtualTaskRouting:
-        """The routing of ``plan``: one routing key per task id."""
+        """The routing of ``plan``: one routing key per task id.
+
+        Runs on the driver, once per plan.
+
+        Parameters
+        ----------
+        plan
+            A plan of the ``partition``, ``ssp`` or ``cogroup`` grouper.
+
+        Returns
+        -------
+        VirtualTaskRouting
+
+        Raises
+        ------
+        PlanError
+            The plan is of the ``single`` grouper.
+        ArgumentError
+            The plan has more than 1,048,576 tasks (see :func:`routing_keys`).
+        """
         if plan.grouper is Grouper.SINGLE:
             raise PlanError(
                 "routing: the 'single' grouper gives every task every partition, so rows cannot "
@@ -183,6 +202,12 @@ def cogroup(
         records from different streams to different tasks without an error.
     elasticity_factor, hash, system, columns
         As for :func:`with_virtual_tasks`.
+
+    Returns
+    -------
+    DataFrame
+        The union, with ``key_bucket``, ``virtual_task`` and ``routing_key``,
+        repartitioned so that partition ``t`` holds virtual task ``t`` alone.
 
     Raises
     ------
