@@ -33,6 +33,7 @@ from spark_elastic import (
     starting_offsets,
     with_task_state,
 )
+from spark_elastic._rescale import _check_unchanged, stopped_source
 from spark_elastic._stateful import USER_STATE
 from spark_elastic.errors import ArgumentError, CheckpointError
 
@@ -419,6 +420,18 @@ def test_rescale_refuses_a_target_inside_a_source(
     with pytest.raises(ArgumentError, match="neither inside one"):
         rescale(checkpoint, checkpoint / "rescaled", 2, spark)
     assert not (checkpoint / "rescaled").exists()
+
+
+def test_rescale_refuses_a_source_that_ran_a_batch_after_its_checks(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # What rescale re-checks once it holds the sources' locks: the offset log it planned from.
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    source = stopped_source(checkpoint, spark)
+    last = source.batch.batch_id
+    shutil.copy(checkpoint / "offsets" / str(last), checkpoint / "offsets" / str(last + 1))
+    with pytest.raises(CheckpointError, match="ran another micro-batch while being rescaled"):
+        _check_unchanged(source)
 
 
 def test_rescale_refuses_uncommitted_last_batch(
