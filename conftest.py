@@ -15,18 +15,25 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# Functions defined in test modules are pickled by reference (module `test_x`), so the
-# Python workers Spark starts need the tests folder on their path too.
-_TESTS = str(Path(__file__).parent / "tests")
+# Test folders have no __init__.py, so pytest imports `tests/state/test_x.py` as module
+# `test_x` with its folder on sys.path. Functions defined in test modules are pickled by
+# reference (module `test_x`), so the Python workers Spark starts (and the processes the
+# tests launch) need every test folder on their path too; shared helpers live in tests/.
+_TESTS = Path(__file__).parent / "tests"
+_TEST_DIRS = [
+    str(_TESTS),
+    *sorted(str(d) for d in _TESTS.iterdir() if d.is_dir() and not d.name.startswith((".", "_"))),
+]
+sys.path[:0] = [d for d in _TEST_DIRS if d not in sys.path]
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (_TESTS, os.environ.get("PYTHONPATH", "")) if p
+    p for p in (*_TEST_DIRS, os.environ.get("PYTHONPATH", "")) if p
 )
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession shared by every test (Spark takes ~10 s to start)."""
-    from spark_elastic._session import local_session
+    from spark_elastic.dataplane.session import local_session
 
     session = local_session("spark-elastic-tests")
     yield session

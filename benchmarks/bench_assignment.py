@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from spark_elastic._assignment import assign, is_balanced
-from spark_elastic._assignment_model import (
+from spark_elastic.assignment.assignor import assign, is_balanced
+from spark_elastic.assignment.model import (
     AssignmentConfig,
     AssignmentResult,
     ClientState,

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import spark_elastic  # noqa: F401 - registers DataFrame.withVirtualTasks
-from spark_elastic._session import local_session
+from spark_elastic.dataplane.session import local_session
 
 PARTITIONS = 8
 FACTOR = 8

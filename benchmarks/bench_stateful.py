@@ -87,7 +87,7 @@ def peak_memory_mb() -> float:
 
 def session() -> Any:
     from spark_elastic import register_log_source
-    from spark_elastic._session import local_session
+    from spark_elastic.dataplane.session import local_session
 
     spark = local_session("bench-stateful", conf={"spark.driver.memory": "4g"})
     register_log_source(spark)

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 import udfs
 from spark_elastic import key_bucket
-from spark_elastic._session import local_session
+from spark_elastic.dataplane.session import local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -27,7 +27,7 @@ import pandas as pd
 
 import spark_elastic
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, map_tasks_in_pandas, register_log_source
-from spark_elastic._session import local_session
+from spark_elastic.dataplane.session import local_session
 from spark_elastic.errors import SparkElasticError
 
 if TYPE_CHECKING:

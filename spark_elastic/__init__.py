@@ -12,8 +12,8 @@ import importlib
 from typing import Any
 
 from spark_elastic import errors
-from spark_elastic._assignment import assign, is_balanced
-from spark_elastic._assignment_model import (
+from spark_elastic.assignment.assignor import assign, is_balanced
+from spark_elastic.assignment.model import (
     AssignmentConfig,
     AssignmentResult,
     ClientAssignment,
@@ -21,12 +21,14 @@ from spark_elastic._assignment_model import (
     ProbingRebalance,
     TaskSpec,
 )
-from spark_elastic._buckets import key_bucket
-from spark_elastic._checkpoint_show import BucketOffset, CheckpointReport, read_checkpoint
-from spark_elastic._columns import KafkaColumns
-from spark_elastic._extension import register_dataframe_method, register_when_pyspark_loads
-from spark_elastic._groupers import plan_job
-from spark_elastic._model import (
+from spark_elastic.dataplane.buckets import key_bucket
+from spark_elastic.dataplane.columns import KafkaColumns
+from spark_elastic.dataplane.extension import register_dataframe_method, register_when_pyspark_loads
+from spark_elastic.dataplane.ordered import map_tasks_in_pandas
+from spark_elastic.dataplane.routing import routing_keys
+from spark_elastic.dataplane.transforms import VirtualTaskRouting, cogroup, with_virtual_tasks
+from spark_elastic.model.groupers import plan_job
+from spark_elastic.model.names import (
     Lineage,
     SystemStreamPartition,
     TaskKind,
@@ -35,8 +37,7 @@ from spark_elastic._model import (
     lineage,
     validate_elasticity_factor,
 )
-from spark_elastic._ordered import map_tasks_in_pandas
-from spark_elastic._plan import (
+from spark_elastic.model.plan import (
     Grouper,
     JobPlan,
     PartitionMapping,
@@ -45,21 +46,20 @@ from spark_elastic._plan import (
     load_plan_json,
     save_plan_json,
 )
-from spark_elastic._rescale import RescaleResult, rescale, starting_offsets
-from spark_elastic._routing import routing_keys
-from spark_elastic._stateful import TaskProcessor, TaskState, with_task_state
-from spark_elastic._transforms import VirtualTaskRouting, cogroup, with_virtual_tasks
+from spark_elastic.state.processor import TaskProcessor, TaskState, with_task_state
+from spark_elastic.state.rescale import RescaleResult, rescale, starting_offsets
+from spark_elastic.state.show import BucketOffset, CheckpointReport, read_checkpoint
 
 __version__ = "0.1.0"
 
 # Loaded on first use: the embedded log (and its Spark source, which imports pyspark).
 _LAZY = {
-    "EmbeddedLog": "spark_elastic._log",
-    "TopicDescription": "spark_elastic._log",
-    "Producer": "spark_elastic._log_producer",
-    "register_log_source": "spark_elastic._log_source",
-    "LOG_SOURCE_FORMAT": "spark_elastic._log_source",
-    "KAFKA_SCHEMA": "spark_elastic._log_source",
+    "EmbeddedLog": "spark_elastic.log.embedded",
+    "TopicDescription": "spark_elastic.log.embedded",
+    "Producer": "spark_elastic.log.producer",
+    "register_log_source": "spark_elastic.log.source",
+    "LOG_SOURCE_FORMAT": "spark_elastic.log.source",
+    "KAFKA_SCHEMA": "spark_elastic.log.source",
 }
 
 

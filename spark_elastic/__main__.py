@@ -2,6 +2,6 @@
 
 import sys
 
-from spark_elastic._cli import main
+from spark_elastic.cli.main import main
 
 sys.exit(main())

@@ -1,0 +1,13 @@
+"""The data plane: where a record meets its key bucket and virtual task.
+
+Owns the Spark side of routing: :mod:`.columns` (Kafka column names),
+:mod:`.buckets` (the key-bucket column), :mod:`.routing` (bucket -> task keys),
+:mod:`.transforms` (``with_virtual_tasks``, ``cogroup``), :mod:`.ordered`
+(per-task processing in offset order), :mod:`.extension` (the
+``DataFrame.withVirtualTasks`` method) and :mod:`.session` (a SparkSession
+with the settings the library needs).
+
+May import: :mod:`spark_elastic.model`, :mod:`spark_elastic.errors`, and
+pyspark/pandas/pyarrow, but only inside functions, so that importing
+``spark_elastic`` stays free of them.
+"""

@@ -1,0 +1,12 @@
+"""Stateful virtual tasks: keyed state, per-bucket checkpoints, show and rescale.
+
+Owns :mod:`.bucket_checkpoints` (the pure math of per-bucket offsets across
+split and merge), :mod:`.checkpoint_dir` (the library's files beside Spark's in
+a checkpoint: ``job.json`` and the owner lock), :mod:`.processor`
+(``with_task_state``, :class:`~.processor.TaskProcessor` and its per-task
+state), :mod:`.show` (reading a checkpoint back) and :mod:`.rescale` (offline
+split and merge of a stopped query's checkpoint).
+
+May import: :mod:`spark_elastic.model`, :mod:`spark_elastic.dataplane`,
+:mod:`spark_elastic.errors`; pyspark and pandas only inside functions.
+"""

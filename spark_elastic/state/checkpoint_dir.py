@@ -1,0 +1,364 @@
+"""What spark-elastic keeps in a streaming checkpoint directory, and what it reads of Spark's.
+
+Runs on the driver. Beside Spark's own ``offsets/``, ``commits/`` and
+``state/``, a stateful spark-elastic query keeps ``_spark_elastic/``:
+
+``job.json``
+    The job's identity and shape (:class:`JobSpec`): name, inputs, grouper,
+    elasticity factor, hash mode, the virtual tasks this query owns, the
+    keyed-state schema, and for a checkpoint made by ``rescale`` the seed's
+    starting offsets.
+``owner.lock``
+    Held with ``flock`` by the driver while a query runs on the checkpoint
+    (the OS releases it if the driver dies), so ``rescale`` can tell a
+    running query from a stopped one.
+``seed/``
+    Made by ``rescale``: the keyed state and bucket checkpoints the new
+    query loads in its first micro-batch.
+
+Spark's directory is read, never written: the last batch id, whether it
+committed, and its source offsets (``offsets/N`` lines 3+, one per source).
+Local file systems only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from spark_elastic.errors import CheckpointError
+from spark_elastic.model.plan import Grouper, StreamInput
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "ELASTIC_DIR",
+    "CommittedBatch",
+    "JobSpec",
+    "OwnerLock",
+    "is_fresh",
+    "last_batch",
+    "never_committed",
+    "read_job",
+    "read_state",
+    "require_job",
+    "write_job",
+]
+
+ELASTIC_DIR = "_spark_elastic"
+JOB_FILE = "job.json"
+SEED_DIR = "seed"
+_LOCK_FILE = "owner.lock"
+_FORMAT_VERSION = 1
+
+SourceOffsets = dict[str, dict[str, int]]
+"""Kafka's JSON offsets: ``{"topic": {"partition": next offset}}``."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The identity and shape of a stateful virtual-task job, as stored in ``job.json``.
+
+    Two checkpoints belong to the same job when name, inputs, grouper, system,
+    hash mode and keyed-state schema agree; factors and owned tasks may differ.
+    """
+
+    name: str
+    inputs: tuple[StreamInput, ...]
+    grouper: Grouper
+    elasticity_factor: int
+    hash: str
+    system: str
+    state_schema: str
+    tasks: tuple[str, ...] | None = None
+    """Names of the virtual tasks this query owns; ``None`` means all of them."""
+    starting_offsets: SourceOffsets | None = field(default=None, compare=False)
+    """Where a seeded checkpoint's query must start reading (set by ``rescale``)."""
+
+    def same_job(self, other: JobSpec) -> bool:
+        """Whether ``other`` describes the same job (factor and owned tasks aside)."""
+        return self.identity() == other.identity()
+
+    def identity(self) -> tuple[Any, ...]:
+        """The fields that make a job the same job."""
+        return (self.name, self.inputs, self.grouper, self.system, self.hash, self.state_schema)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``job.json`` document."""
+        return {
+            "format": _FORMAT_VERSION,
+            "name": self.name,
+            "inputs": [
+                {"system": s.system, "stream": s.stream, "partitions": s.partition_count}
+                for s in self.inputs
+            ],
+            "grouper": self.grouper.value,
+            "elasticityFactor": self.elasticity_factor,
+            "hash": self.hash,
+            "system": self.system,
+            "stateSchema": self.state_schema,
+            "tasks": None if self.tasks is None else list(self.tasks),
+            "startingOffsets": self.starting_offsets,
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any], source: str) -> JobSpec:
+        """Parse ``job.json``; a malformed file is a :class:`CheckpointError` naming it."""
+        try:
+            tasks = document["tasks"]
+            return cls(
+                name=str(document["name"]),
+                inputs=tuple(
+                    StreamInput(i["system"], i["stream"], int(i["partitions"]))
+                    for i in document["inputs"]
+                ),
+                grouper=Grouper.of(document["grouper"]),
+                elasticity_factor=int(document["elasticityFactor"]),
+                hash=str(document["hash"]),
+                system=str(document["system"]),
+                state_schema=str(document["stateSchema"]),
+                tasks=None if tasks is None else tuple(str(t) for t in tasks),
+                starting_offsets=document.get("startingOffsets"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{source}: not a spark-elastic job file ({exc!r})") from None
+
+
+def elastic_dir(checkpoint: str | os.PathLike[str]) -> Path:
+    """``<checkpoint>/_spark_elastic``."""
+    return Path(checkpoint) / ELASTIC_DIR
+
+
+def seed_dir(checkpoint: str | os.PathLike[str]) -> Path:
+    """``<checkpoint>/_spark_elastic/seed``: the rescaled state, loaded in batch 0."""
+    return elastic_dir(checkpoint) / SEED_DIR
+
+
+def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
+    """The checkpoint's job, or ``None`` if spark-elastic never ran a query on it."""
+    path = elastic_dir(checkpoint) / JOB_FILE
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
+        raise CheckpointError(f"{path}: cannot read the job file ({exc})") from None
+    return JobSpec.from_json(document, str(path))
+
+
+def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") -> JobSpec:
+    """The checkpoint's job, or a clear error if it is missing or not spark-elastic's."""
+    path = Path(checkpoint)
+    if not path.is_dir():
+        raise CheckpointError(f"{role} {str(path)!r} does not exist")
+    job = read_job(path)
+    if job is None:
+        raise CheckpointError(
+            f"{role} {str(path)!r} has no {ELASTIC_DIR}/{JOB_FILE}: it was not written by a "
+            "spark-elastic stateful query"
+        )
+    return job
+
+
+def read_state(
+    spark: SparkSession,
+    checkpoint: str | os.PathLike[str],
+    variable: str,
+    batch_id: int | None = None,
+) -> DataFrame | None:
+    """One state variable, via Spark's state data source reader.
+
+    As of committed batch ``batch_id`` when given (a reader that evaluates the
+    frame twice then sees the same state even if a batch commits in between),
+    else of the last committed batch. ``None`` when the checkpoint has no state yet.
+    """
+    if not (Path(checkpoint) / "state").is_dir():
+        return None
+    reader = spark.read.format("statestore").option("stateVarName", variable)
+    if batch_id is not None:
+        reader = reader.option("batchId", batch_id)
+    return reader.load(os.fspath(checkpoint))
+
+
+def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:
+    """Write ``job.json`` atomically (temporary file, fsync, rename)."""
+    directory = elastic_dir(checkpoint)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".job.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(job.to_json(), out, indent=2)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, directory / JOB_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """The last micro-batch in a checkpoint's offset log.
+
+    Attributes
+    ----------
+    batch_id
+        The batch's id.
+    committed
+        Whether ``commits/<batch_id>`` exists: the batch (state and sink) finished.
+    offsets
+        The source offsets at the end of the last *committed* batch, merged
+        over the query's sources: ``{"topic": {"partition": next offset}}``.
+    conf
+        The Spark settings the checkpoint pinned (e.g. the shuffle partitions).
+    """
+
+    batch_id: int
+    committed: bool
+    offsets: SourceOffsets
+    conf: Mapping[str, str]
+
+    def committed_offset(self, topic: str, partition: int) -> int:
+        """Where the next batch starts reading ``partition`` of ``topic`` (0 if never read)."""
+        return int(self.offsets.get(topic, {}).get(str(partition), 0))
+
+
+def is_fresh(checkpoint: str | os.PathLike[str]) -> bool:
+    """Whether no micro-batch was ever planned in ``checkpoint``."""
+    return not _batch_ids(Path(checkpoint) / "offsets")
+
+
+def never_committed(checkpoint: str | os.PathLike[str]) -> bool:
+    """Whether no micro-batch ever committed in ``checkpoint`` (batch 0 may have been tried)."""
+    return not _batch_ids(Path(checkpoint) / "commits")
+
+
+def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
+    """The last batch of a checkpoint, or ``None`` when no batch was ever planned."""
+    offsets_dir = Path(checkpoint) / "offsets"
+    ids = _batch_ids(offsets_dir)
+    if not ids:
+        return None
+    last = ids[-1]
+    committed = (Path(checkpoint) / "commits" / str(last)).is_file()
+    conf: Mapping[str, str] = {}
+    offsets: SourceOffsets = {}
+    source_batch = last if committed else last - 1
+    if source_batch >= 0:
+        conf, offsets = _read_offset_log(offsets_dir / str(source_batch))
+    return CommittedBatch(last, committed, offsets, conf)
+
+
+def _batch_ids(offsets_dir: Path) -> list[int]:
+    try:
+        names = [p.name for p in offsets_dir.iterdir()]
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CheckpointError(f"{offsets_dir}: cannot list Spark's offset log ({exc})") from None
+    return sorted(int(name) for name in names if re.fullmatch(r"[0-9]+", name))
+
+
+def _read_offset_log(path: Path) -> tuple[Mapping[str, str], SourceOffsets]:
+    """``offsets/N``: ``v1``, the batch metadata, then one offset line per source."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        metadata = json.loads(lines[1])
+        merged: SourceOffsets = {}
+        for line in lines[2:]:
+            if line.strip() in ("", "-"):
+                continue
+            for topic, partitions in json.loads(line).items():
+                merged.setdefault(topic, {}).update({str(p): int(o) for p, o in partitions.items()})
+    except (OSError, IndexError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: cannot read Spark's offset log ({exc!r})") from None
+    return dict(metadata.get("conf", {})), merged
+
+
+class OwnerLock:
+    """The driver-held ``flock`` that marks a checkpoint as in use by a running query.
+
+    One lock per checkpoint per process: acquiring again from the same process
+    is a no-op, so a query can be rebuilt and restarted in one driver.
+    """
+
+    _held: ClassVar[dict[Path, int]] = {}
+    _runs: ClassVar[dict[Path, str]] = {}
+    _mutex: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def acquire(cls, checkpoint: str | os.PathLike[str]) -> None:
+        """Take the lock, or raise :class:`CheckpointError` if another process holds it."""
+        path = (elastic_dir(checkpoint) / _LOCK_FILE).resolve()
+        with cls._mutex:
+            if path in cls._held:
+                # A new run is being set up: the previous run's late termination must not free it.
+                cls._runs.pop(path, None)
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise CheckpointError(
+                    f"checkpoint {os.fspath(checkpoint)!r} is in use by a running query in "
+                    "another process; stop it first"
+                ) from None
+            cls._held[path] = fd
+
+    @classmethod
+    def release(cls, checkpoint: str | os.PathLike[str]) -> None:
+        """Give the lock up (no-op if this process does not hold it)."""
+        path = (elastic_dir(checkpoint) / _LOCK_FILE).resolve()
+        with cls._mutex:
+            fd = cls._held.pop(path, None)
+            cls._runs.pop(path, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @classmethod
+    def bind_run(cls, query_id: str, run_id: str, id_of: Callable[[Path], str | None]) -> None:
+        """Tie the held, unbound lock of the checkpoint of query ``query_id`` to ``run_id``."""
+        with cls._mutex:
+            for path in cls._held:
+                checkpoint = path.parent.parent
+                if path not in cls._runs and id_of(checkpoint) == query_id:
+                    cls._runs[path] = run_id
+
+    @classmethod
+    def release_run(cls, run_id: str) -> None:
+        """Release the lock bound to ``run_id`` (its run terminated)."""
+        with cls._mutex:
+            paths = [p for p, r in cls._runs.items() if r == run_id]
+        for path in paths:
+            cls.release(path.parent.parent)
+
+    @classmethod
+    def held_here(cls, checkpoint: str | os.PathLike[str]) -> bool:
+        """Whether this process holds the checkpoint's lock."""
+        return (elastic_dir(checkpoint) / _LOCK_FILE).resolve() in cls._held
+
+    @classmethod
+    @contextlib.contextmanager
+    def probe(cls, checkpoint: str | os.PathLike[str]) -> Iterator[None]:
+        """Hold the lock for the body (refusing if another process has it)."""
+        held = cls.held_here(checkpoint)
+        cls.acquire(checkpoint)
+        try:
+            yield
+        finally:
+            if not held:
+                cls.release(checkpoint)

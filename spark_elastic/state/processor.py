@@ -1,0 +1,716 @@
+"""Stateful virtual tasks: keyed state per virtual task, with per-key-bucket checkpoints.
+
+The user writes a :class:`TaskProcessor`; :func:`with_task_state` runs it with
+``transformWithStateInPandas`` grouped by ``routing_key``, so each call sees
+one virtual task's new records of a micro-batch, in offset order per stream
+partition, and each state partition holds exactly one virtual task (no extra
+shuffle: routing already hash-partitioned the rows by ``routing_key``).
+
+Beside the user's keyed state, the same StateStore (and so the same commit)
+keeps the task's *bucket checkpoints*: per (stream, partition, key bucket,
+factor) the next offset to apply. A record below a checkpoint of its key is
+skipped and counted, never handed to the user, so a replay, or a start below
+what a bucket needs (after a rescale), changes no state and emits nothing
+twice.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from spark_elastic.dataplane.buckets import HashMode, key_bucket
+from spark_elastic.dataplane.columns import KafkaColumns
+from spark_elastic.dataplane.ordered import frames_of
+from spark_elastic.dataplane.transforms import (
+    PartitionCounts,
+    VirtualTaskRouting,
+    _plan_for,
+    _resolve_factor,
+    with_virtual_tasks,
+)
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError
+from spark_elastic.model.groupers import plan_job
+from spark_elastic.model.names import MAX_ELASTICITY_FACTOR
+from spark_elastic.model.plan import Grouper, JobPlan
+from spark_elastic.state.checkpoint_dir import (
+    JobSpec,
+    OwnerLock,
+    is_fresh,
+    last_batch,
+    never_committed,
+    read_job,
+    seed_dir,
+    write_job,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "CHECKPOINT_STATE",
+    "METRICS_NAME",
+    "USER_STATE",
+    "TaskProcessor",
+    "TaskState",
+    "with_task_state",
+]
+
+USER_STATE = "user_state"
+"""Name of the MapState holding the user's keyed state (key binary -> state_schema)."""
+CHECKPOINT_STATE = "bucket_checkpoints"
+"""Name of the MapState holding the task's bucket checkpoints."""
+METRICS_NAME = "spark_elastic"
+"""The observation name under ``lastProgress["observedMetrics"]``."""
+
+CHECKPOINT_KEY_SCHEMA = "stream string, partition int, key_bucket int, factor int"
+CHECKPOINT_VALUE_SCHEMA = "next_offset long"
+USER_KEY_SCHEMA = "key binary"
+# No leading underscores: pandas conversion renames such columns positionally.
+BUCKET_HASH = "spark_elastic_bucket_hash"
+_KIND = "spark_elastic_kind"
+_METRICS = (
+    "spark_elastic_processed",
+    "spark_elastic_skipped",
+    "spark_elastic_bucket_ns",
+    "spark_elastic_resolve_ns",
+)
+_INTERNAL_INPUT = ("routing_key", BUCKET_HASH)
+
+
+class TaskProcessor(abc.ABC):
+    """A virtual task's logic: subclass it, set the two schemas, implement :meth:`process`.
+
+    Attributes
+    ----------
+    state_schema
+        DDL of the per-key state value, e.g. ``"count long, last_offset long"``.
+    output_schema
+        DDL of the rows :meth:`process` returns.
+
+    Notes
+    -----
+    The instance is pickled to the executors: keep it small and picklable
+    (configuration only; state lives in :class:`TaskState`).
+    """
+
+    state_schema: ClassVar[str]
+    output_schema: ClassVar[str]
+
+    @abc.abstractmethod
+    def process(
+        self, task: TaskState, rows: pd.DataFrame
+    ) -> pd.DataFrame | Iterable[pd.DataFrame] | None:
+        """Apply one virtual task's new records of a micro-batch.
+
+        Runs on an executor, in a Python worker, once per virtual task with
+        new records per micro-batch.
+
+        Parameters
+        ----------
+        task
+            The task's name and keyed state.
+        rows
+            The task's records not applied before, sorted by topic, partition
+            and offset, with the Kafka columns plus ``key_bucket`` and
+            ``virtual_task``.
+
+        Returns
+        -------
+        pandas.DataFrame, iterable of them, or None
+            Output rows matching :attr:`output_schema`.
+        """
+
+
+class TaskState:
+    """One virtual task's name and keyed state, valid during one :meth:`TaskProcessor.process`.
+
+    Values are tuples in the order of ``state_schema``. Reads are cached and
+    writes buffered; they reach the StateStore when ``process`` returns, and
+    commit with the micro-batch.
+
+    State is keyed by the records' own keys (the ``key`` column): a rescale
+    sends each state entry to the virtual task that its key hashes to, so a
+    state key that is not a record key of this task (say, a field of the
+    value) would land on some other task after a split.
+    """
+
+    _ABSENT: ClassVar[object] = object()
+
+    def __init__(self, name: str, key_bucket: int, elasticity_factor: int, store: Any) -> None:
+        self.name = name
+        """The virtual task's name, e.g. ``Partition 0_1_2``."""
+        self.key_bucket = key_bucket
+        self.elasticity_factor = elasticity_factor
+        self._store = store
+        self._cache: dict[bytes, Any] = {}
+        self._dirty: set[bytes] = set()
+
+    def get(
+        self, key: bytes | str, default: tuple[Any, ...] | None = None
+    ) -> tuple[Any, ...] | None:
+        """The state of ``key``, or ``default`` if it has none.
+
+        Runs on an executor, inside :meth:`TaskProcessor.process`; the first
+        read of a key in a call is one round trip to the StateStore, later
+        ones are cached.
+
+        Parameters
+        ----------
+        key
+            A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
+        default
+            Returned when the key has no state.
+
+        Returns
+        -------
+        tuple or None
+            The value, in the order of ``state_schema``.
+        """
+        k = _state_key(key)
+        if k not in self._cache:
+            self._cache[k] = self._store.getValue((k,))  # None when absent: one round trip
+        value = self._cache[k]
+        return default if value is None else tuple(value)
+
+    def put(self, key: bytes | str, value: Iterable[Any]) -> None:
+        """Set the state of ``key``, a record key of this task (see the class notes).
+
+        Parameters
+        ----------
+        key
+            A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
+        value
+            The new value, in the order of ``state_schema``; buffered until
+            ``process`` returns, committed with the micro-batch.
+        """
+        k = _state_key(key)
+        self._cache[k] = tuple(_native(v) for v in value)
+        self._dirty.add(k)
+
+    def delete(self, key: bytes | str) -> None:
+        """Forget ``key`` (buffered like :meth:`put`).
+
+        Parameters
+        ----------
+        key
+            A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
+        """
+        k = _state_key(key)
+        self._cache[k] = None
+        self._dirty.add(k)
+
+    def flush(self) -> None:
+        """Write buffered changes to the StateStore (called by the library)."""
+        for k in sorted(self._dirty):
+            value = self._cache[k]
+            if value is None:
+                self._store.removeKey((k,))
+            else:
+                self._store.updateValue((k,), value)
+        self._dirty.clear()
+
+
+def _state_key(key: bytes | str) -> bytes:
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, bytes | bytearray):
+        return bytes(key)
+    raise ArgumentTypeError.wrong_type(
+        "key", "the record's key (bytes or str); null-key records have no keyed state", key
+    )
+
+
+def _native(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _as_kind(value: Any, kind: str) -> Any:
+    """A seed value as the Python type its state field needs (``kind`` from :func:`_kind_of`)."""
+    value = _native(value)
+    if value is None or (isinstance(value, float) and value != value):  # NaN: a null
+        return None
+    if kind == "int":
+        return int(value)
+    if kind == "float":
+        return float(value)
+    if kind == "bool":
+        return bool(value)
+    return value
+
+
+def _kind_of(data_type: Any) -> str:
+    """How a state field's values convert back from pandas (runs on the driver)."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.IntegralType):
+        return "int"
+    if isinstance(data_type, T.FractionalType) and not isinstance(data_type, T.DecimalType):
+        return "float"
+    if isinstance(data_type, T.BooleanType):
+        return "bool"
+    return "other"
+
+
+@dataclass(frozen=True)
+class _TaskRoute:
+    name: str
+    key_bucket: int
+
+
+class _ElasticProcessor:
+    """The ``StatefulProcessor`` spark-elastic runs: checkpoints around the user's processor.
+
+    Pickled to executors with the user's processor and the routing table.
+    """
+
+    def __init__(
+        self,
+        user: TaskProcessor,
+        routes: Mapping[int, _TaskRoute],
+        elasticity_factor: int,
+        state_schema: str,
+        state_kinds: tuple[str, ...],
+        output_columns: tuple[str, ...],
+        bucket_checkpoints: bool = True,
+    ) -> None:
+        self.user = user
+        self.routes = dict(routes)
+        self.factor = elasticity_factor
+        self.state_schema = state_schema
+        self.state_kinds = state_kinds
+        self.bucket_checkpoints = bucket_checkpoints
+        self.output_columns = output_columns
+
+    # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
+
+    def init(self, handle: Any) -> None:
+        self.state = handle.getMapState(USER_STATE, USER_KEY_SCHEMA, self.state_schema)
+        self.checkpoints = handle.getMapState(
+            CHECKPOINT_STATE, CHECKPOINT_KEY_SCHEMA, CHECKPOINT_VALUE_SCHEMA
+        )
+
+    def handleInitialState(
+        self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
+    ) -> None:
+        value_columns = [c for c in seed.columns if c.startswith("state_")]
+        for row in seed.itertuples(index=False):
+            if row.kind == "state":
+                # Seed columns are nullable, so pandas may hand integers over as floats.
+                values = tuple(
+                    _as_kind(getattr(row, c), kind)
+                    for c, kind in zip(value_columns, self.state_kinds, strict=True)
+                )
+                self.state.updateValue((bytes(row.key),), values)
+            else:
+                entry = (str(row.stream), int(row.partition), int(row.key_bucket), int(row.factor))
+                self.checkpoints.updateValue(entry, (int(row.next_offset),))
+
+    def handleInputRows(
+        self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timer_values: Any
+    ) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        (routing_key,) = key
+        route = self.routes[int(routing_key)]
+        frames = [frame for frame in rows if len(frame)]
+        if not frames:
+            return
+        batch = pd.concat(frames, ignore_index=True)
+        batch = batch.sort_values(["topic", "partition", "offset"], kind="stable")
+        batch = batch.reset_index(drop=True)
+
+        started = time.perf_counter_ns()
+        if self.bucket_checkpoints:
+            entries = [(tuple(k), int(v[0])) for k, v in self.checkpoints.iterator()]
+        else:
+            entries = []
+        bucket_started = time.perf_counter_ns()
+        skip = _covered(batch, entries)
+        bucket_ns = time.perf_counter_ns() - bucket_started
+        fresh = batch[~skip]
+        if self.bucket_checkpoints:
+            self._advance(fresh, entries, route.key_bucket)
+        resolve_ns = time.perf_counter_ns() - started - bucket_ns
+
+        if len(fresh):
+            state = TaskState(route.name, route.key_bucket, self.factor, self.state)
+            user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
+            for out in frames_of(self.user.process(state, user_rows)):
+                yield self._rows(out)
+            state.flush()
+        yield self._metrics(len(fresh), int(skip.sum()), bucket_ns, resolve_ns)
+
+    def close(self) -> None:
+        pass
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def _advance(
+        self, fresh: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]], bucket: int
+    ) -> None:
+        """Raise the task's own checkpoints past the records just applied; drop overtaken ones."""
+        if not len(fresh):
+            return
+        reached = fresh.groupby(["topic", "partition"], sort=True)["offset"].max()
+        current = dict(entries)
+        for (topic, partition), last in reached.items():
+            own = (str(topic), int(partition), bucket, self.factor)
+            next_offset = max(int(last) + 1, current.get(own, 0))
+            self.checkpoints.updateValue(own, (next_offset,))
+            for entry, offset in entries:
+                same_partition = entry[:2] == own[:2]
+                if same_partition and entry != own and offset <= next_offset:
+                    self.checkpoints.removeKey(entry)
+
+    def _rows(self, out: pd.DataFrame) -> pd.DataFrame:
+        missing = [c for c in self.output_columns if c not in out.columns]
+        if missing:
+            raise ArgumentError.invalid(
+                "process() result",
+                f"a DataFrame with the output_schema columns {list(self.output_columns)}",
+                f"columns {list(out.columns)} (missing {missing})",
+            )
+        rows = out[list(self.output_columns)].copy()
+        rows[_KIND] = "row"
+        for name in _METRICS:
+            rows[name] = None
+        return rows
+
+    def _metrics(
+        self, processed: int, skipped: int, bucket_ns: int, resolve_ns: int
+    ) -> pd.DataFrame:
+        import pandas as pd
+
+        row: dict[str, list[Any]] = {c: [None] for c in self.output_columns}
+        row[_KIND] = ["metrics"]
+        for name, value in zip(_METRICS, (processed, skipped, bucket_ns, resolve_ns), strict=True):
+            row[name] = [value]
+        return pd.DataFrame(row)
+
+
+def _covered(batch: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]]) -> Any:
+    """Per row: is it below a checkpoint of its key (applied already)?"""
+    skip = np.zeros(len(batch), dtype=bool)
+    if not entries:
+        return skip
+    topics = batch["topic"].to_numpy()
+    partitions = batch["partition"].to_numpy()
+    offsets = batch["offset"].to_numpy()
+    bucket_hash = batch[BUCKET_HASH].to_numpy()
+    for (stream, partition, bucket, factor), next_offset in entries:
+        skip |= (
+            (topics == stream)
+            & (partitions == partition)
+            & (bucket_hash % factor == bucket)
+            & (offsets < next_offset)
+        )
+    return skip
+
+
+# -- the transform ---------------------------------------------------------------------------
+
+
+def with_task_state(
+    processor: TaskProcessor,
+    *,
+    job: str,
+    checkpoint_location: str | os.PathLike[str],
+    elasticity_factor: int | None = None,
+    grouper: Grouper | str = Grouper.PARTITION,
+    partitions: PartitionCounts | None = None,
+    plan: JobPlan | None = None,
+    tasks: Iterable[str] | None = None,
+    hash: HashMode = "spark",
+    system: str = "kafka",
+    columns: KafkaColumns | Mapping[str, str] | None = None,
+    bucket_checkpoints: bool = True,
+) -> Callable[[DataFrame], DataFrame]:
+    """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
+
+    Returns a transform for a streaming Kafka-shaped DataFrame; its result is
+    the processor's output rows. Start it with the same checkpoint location::
+
+        out = events.transform(with_task_state(Counter(), job="counts",
+                                               checkpoint_location=cp,
+                                               elasticity_factor=4, partitions={"clicks": 2}))
+        out.writeStream.option("checkpointLocation", cp).format("parquet")...start()
+
+    Runs on the driver: it records the job in ``<checkpoint>/_spark_elastic``,
+    refuses a checkpoint made for another job or factor (``rescale`` it
+    instead), sets ``spark.sql.shuffle.partitions`` to the virtual task count
+    (the number of state partitions the checkpoint will pin), holds the
+    checkpoint's owner lock while the query lives, and loads a ``rescale``
+    seed in the first micro-batch. Metrics are observed as
+    ``lastProgress["observedMetrics"]["spark_elastic"]``: ``task_count``,
+    ``active_tasks``, ``records_processed``, ``records_skipped``,
+    ``key_bucket_ns`` (deriving each record's bucket at every checkpointed
+    factor from its key hash and comparing its offset with that bucket's
+    checkpoint; the hash itself is computed in the JVM by the routing
+    projection) and
+    ``checkpoint_resolve_ns``.
+
+    Parameters
+    ----------
+    processor
+        The user's :class:`TaskProcessor`.
+    job
+        The job's name: checkpoints of different jobs are never mixed.
+    checkpoint_location
+        The query's checkpoint directory (local file system).
+    elasticity_factor, grouper, partitions, plan, hash, system, columns
+        As for :func:`~spark_elastic.with_virtual_tasks`.
+    tasks
+        Names of the virtual tasks this query owns (default: all). Rows of
+        other tasks are dropped before the shuffle; another query owns them.
+    bucket_checkpoints
+        Keep per-bucket checkpoints (default). ``False`` exists to measure
+        their cost: without them a replay is not skipped and the checkpoint
+        cannot be rescaled correctly.
+
+    Returns
+    -------
+    Callable[[DataFrame], DataFrame]
+        The transform, for ``df.transform(...)``: it returns the processor's
+        output rows (``output_schema``) as a streaming DataFrame.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``processor`` is not a :class:`TaskProcessor`.
+    ArgumentError
+        A schema attribute is not a DDL string, an empty ``job``, a bad
+        factor, grouper, hash or column names, or (when the transform is
+        applied) no partition counts for a streaming DataFrame.
+    CheckpointError
+        The checkpoint belongs to another job, factor or task set, or another
+        process is running a query on it.
+    """
+    if not isinstance(processor, TaskProcessor):
+        raise ArgumentTypeError.wrong_type("processor", "a TaskProcessor instance", processor)
+    for attribute in ("state_schema", "output_schema"):
+        if not isinstance(getattr(processor, attribute, None), str):
+            raise ArgumentError.invalid(
+                f"{type(processor).__name__}.{attribute}",
+                "a DDL schema string such as 'count long'",
+                getattr(processor, attribute, None),
+            )
+    if not isinstance(job, str) or not job:
+        raise ArgumentError.invalid("job", "a non-empty job name", job)
+    cols = KafkaColumns.of(columns)
+    kind = Grouper.of(grouper)
+    factor = _resolve_factor(elasticity_factor, plan)
+    owned = None if tasks is None else tuple(sorted(set(tasks)))
+
+    def transform(df: DataFrame) -> DataFrame:
+        spark = df.sparkSession
+        job_plan = (
+            plan if plan is not None else _plan_for(df, kind, factor, partitions, system, cols)
+        )
+        spec = JobSpec(
+            name=job,
+            inputs=job_plan.inputs,
+            grouper=job_plan.grouper,
+            elasticity_factor=job_plan.elasticity_factor,
+            hash=hash,
+            system=system,
+            state_schema=processor.state_schema,
+            tasks=owned,
+        )
+        _check_owned(job_plan, owned)
+        checkpoint = Path(checkpoint_location)
+        _claim(spark, checkpoint, spec)
+        routing = VirtualTaskRouting.of(job_plan)
+        spark.conf.set("spark.sql.shuffle.partitions", str(routing.task_count))
+        routed = df.transform(
+            with_virtual_tasks(plan=job_plan, hash=hash, system=system, columns=cols, route=False)
+        ).withColumn(BUCKET_HASH, key_bucket(MAX_ELASTICITY_FACTOR, hash, cols))
+        if owned is not None:
+            from pyspark.sql import functions as F
+
+            routed = routed.filter(F.col("virtual_task").isin(list(owned)))
+        routed = routed.repartition(routing.task_count, "routing_key")
+        return _run(spark, processor, routed, routing, checkpoint, spec, bucket_checkpoints)
+
+    return transform
+
+
+def _check_owned(plan: JobPlan, owned: tuple[str, ...] | None) -> None:
+    if owned is None:
+        return
+    names = set(plan.task_names())
+    unknown = [t for t in owned if t not in names]
+    if unknown or not owned:
+        raise ArgumentError.invalid(
+            "tasks", f"names of this plan's {plan.task_count} virtual tasks", unknown or []
+        )
+
+
+def _claim(spark: SparkSession, checkpoint: Path, spec: JobSpec) -> None:
+    """Lock the checkpoint for this driver and make sure it belongs to this job and shape."""
+    OwnerLock.acquire(checkpoint)
+    _release_lock_when_query_ends(spark)
+    existing = read_job(checkpoint)
+    if existing is None:
+        if not is_fresh(checkpoint):
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r} was made by a query spark-elastic did not start"
+            )
+        write_job(checkpoint, spec)
+        return
+    if not existing.same_job(spec):
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r} belongs to job {existing.name!r} "
+            f"(inputs {', '.join(map(str, existing.inputs))}, state {existing.state_schema!r}); "
+            f"this query is job {spec.name!r} (inputs {', '.join(map(str, spec.inputs))}, "
+            f"state {spec.state_schema!r})"
+        )
+    if existing.elasticity_factor != spec.elasticity_factor or existing.tasks != spec.tasks:
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r} runs elasticity factor {existing.elasticity_factor} "
+            f"with tasks {'all' if existing.tasks is None else list(existing.tasks)}; this query "
+            f"asks for factor {spec.elasticity_factor} with tasks "
+            f"{'all' if spec.tasks is None else list(spec.tasks)}: use `spark-elastic rescale` "
+            "to make a checkpoint for the new shape"
+        )
+    batch = last_batch(checkpoint)
+    pinned = None if batch is None else batch.conf.get("spark.sql.shuffle.partitions")
+    task_count = plan_job(spec.inputs, spec.grouper, spec.elasticity_factor).task_count
+    if pinned is not None and int(pinned) != task_count:
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r} has {pinned} state partitions but the job has "
+            f"{task_count} virtual tasks; it was not made by spark-elastic for this factor"
+        )
+
+
+def _run(
+    spark: SparkSession,
+    processor: TaskProcessor,
+    routed: DataFrame,
+    routing: VirtualTaskRouting,
+    checkpoint: Path,
+    spec: JobSpec,
+    bucket_checkpoints: bool,
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    output = spark.createDataFrame([], processor.output_schema).schema
+    state = spark.createDataFrame([], processor.state_schema).schema
+    internal = f"{_KIND} string, " + ", ".join(f"{name} long" for name in _METRICS)
+    out_ddl = ", ".join(
+        [f"`{f.name}` {f.dataType.simpleString()}" for f in output.fields] + [internal]
+    )
+    plan = routing.plan
+    routes = {
+        key: _TaskRoute(name, task_id % plan.elasticity_factor)
+        for task_id, (key, name) in enumerate(
+            zip(routing.routing_keys, plan.task_names(), strict=True)
+        )
+    }
+    stateful = _ElasticProcessor(
+        processor,
+        routes,
+        plan.elasticity_factor,
+        ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in state.fields),
+        tuple(_kind_of(f.dataType) for f in state.fields),
+        tuple(output.fieldNames()),
+        bucket_checkpoints,
+    )
+    initial = None
+    seed = seed_dir(checkpoint)
+    # A failed batch 0 is re-run from empty state: the seed must come along again.
+    if never_committed(checkpoint) and seed.is_dir():
+        initial = spark.read.parquet(str(seed)).groupBy("routing_key")
+    result = routed.groupBy("routing_key").transformWithStateInPandas(
+        _as_stateful_processor(stateful), out_ddl, "Append", "None", initialState=initial
+    )
+    kind = F.col(_KIND)
+    observed = result.observe(
+        METRICS_NAME,
+        F.max(F.lit(routing.task_count if spec.tasks is None else len(spec.tasks))).alias(
+            "task_count"
+        ),
+        F.count(F.when(kind == "metrics", 1)).alias("active_tasks"),
+        F.coalesce(F.sum(_METRICS[0]), F.lit(0)).alias("records_processed"),
+        F.coalesce(F.sum(_METRICS[1]), F.lit(0)).alias("records_skipped"),
+        F.coalesce(F.sum(_METRICS[2]), F.lit(0)).alias("key_bucket_ns"),
+        F.coalesce(F.sum(_METRICS[3]), F.lit(0)).alias("checkpoint_resolve_ns"),
+    )
+    return observed.filter(kind == "row").drop(_KIND, *_METRICS)
+
+
+def _as_stateful_processor(inner: _ElasticProcessor) -> Any:
+    """Wrap ``inner`` in a real ``StatefulProcessor`` subclass (pyspark imported lazily)."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class ElasticStatefulProcessor(StatefulProcessor):  # type: ignore[misc]
+        def __init__(self, wrapped: _ElasticProcessor) -> None:
+            self.wrapped = wrapped
+
+        def init(self, handle: Any) -> None:
+            self.wrapped.init(handle)
+
+        def handleInputRows(self, key: Any, rows: Any, timer_values: Any) -> Any:
+            return self.wrapped.handleInputRows(key, rows, timer_values)
+
+        def handleInitialState(self, key: Any, initial_state: Any, timer_values: Any) -> None:
+            self.wrapped.handleInitialState(key, initial_state, timer_values)
+
+        def close(self) -> None:
+            self.wrapped.close()
+
+    return ElasticStatefulProcessor(inner)
+
+
+_LISTENING: set[int] = set()
+
+
+def _release_lock_when_query_ends(spark: SparkSession) -> None:
+    """Tie each held owner lock to the run that starts on its checkpoint, and release it after.
+
+    Listener events arrive late and in order; a query keeps its id across
+    restarts, so a lock is matched to a run id when that run starts, and only
+    that run's termination releases it.
+    """
+    if id(spark) in _LISTENING:
+        return
+    try:
+        from pyspark.sql.streaming import StreamingQueryListener
+    except ImportError:  # pragma: no cover
+        return
+
+    class _Release(StreamingQueryListener):  # type: ignore[misc]
+        def onQueryStarted(self, event: Any) -> None:
+            OwnerLock.bind_run(str(event.id), str(event.runId), _query_id)
+
+        def onQueryProgress(self, event: Any) -> None:
+            pass
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            OwnerLock.release_run(str(event.runId))
+
+    try:
+        spark.streams.addListener(_Release())
+    except Exception:
+        return
+    _LISTENING.add(id(spark))
+
+
+def _query_id(checkpoint: Path) -> str | None:
+    import json
+
+    try:
+        return str(json.loads((checkpoint / "metadata").read_text())["id"])
+    except (OSError, ValueError, KeyError):
+        return None

@@ -1,0 +1,551 @@
+"""Rescale stopped stateful queries: split or merge their virtual tasks into a new checkpoint.
+
+Runs on the driver, with a SparkSession for Spark's state data source reader
+and to write the seed. The recipe (:func:`rescale`):
+
+1. read each source checkpoint's job and last batch, refusing a running
+   query, an uncommitted last batch, a checkpoint not made by spark-elastic,
+   and sources of different jobs or owning the same keys;
+2. collect every source's bucket checkpoints; a task's own bucket counts as
+   caught up to its query's committed source offsets (a bucket that saw no
+   record has nothing pending below them);
+3. for every virtual task at the new factor and every stream partition it
+   reads: its start (:func:`~spark_elastic.state.bucket_checkpoints.bucket_start`, the
+   SEP-32 / Samza rule, or :func:`~spark_elastic.state.bucket_checkpoints.cover_start`
+   where no single factor covers it), plus the source checkpoints above that
+   start, kept so records some sources already applied are skipped;
+4. move every key's state to the task that owns its bucket at the new factor;
+5. write the seed and ``job.json`` into a temporary sibling directory and
+   rename it to the target: nothing is half-written, sources are only read.
+
+The new query loads the seed in its first micro-batch and should start
+reading at :func:`starting_offsets` (the smallest offsets its buckets need).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_elastic.dataplane.routing import routing_keys
+from spark_elastic.dataplane.session import active_or_local_session
+from spark_elastic.errors import ArgumentError, CheckpointError
+from spark_elastic.model.groupers import plan_job
+from spark_elastic.model.names import (
+    MAX_ELASTICITY_FACTOR,
+    Lineage,
+    TaskName,
+    lineage,
+    validate_elasticity_factor,
+)
+from spark_elastic.model.plan import JobPlan
+from spark_elastic.state.bucket_checkpoints import BucketCheckpoint, bucket_start, cover_start
+from spark_elastic.state.checkpoint_dir import (
+    CommittedBatch,
+    JobSpec,
+    OwnerLock,
+    last_batch,
+    read_job,
+    read_state,
+    require_job,
+    seed_dir,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["RescaleResult", "SourceCheckpoint", "rescale", "starting_offsets", "stopped_source"]
+
+
+@dataclass(frozen=True)
+class SourceCheckpoint:
+    """A stopped query's checkpoint: its job, plan, and last committed batch."""
+
+    path: Path
+    job: JobSpec
+    plan: JobPlan
+    batch: CommittedBatch
+
+    def owned_tasks(self) -> list[TaskName]:
+        """The virtual tasks this query owned."""
+        names = self.plan.task_names() if self.job.tasks is None else list(self.job.tasks)
+        return [TaskName.parse(n) for n in names]
+
+
+@dataclass(frozen=True)
+class RescaleResult:
+    """What :func:`rescale` wrote.
+
+    Attributes
+    ----------
+    target
+        The new checkpoint directory.
+    elasticity_factor
+        Its factor.
+    task_count
+        Its virtual tasks (and state partitions).
+    keys
+        Keys of user state moved.
+    checkpoints
+        Bucket checkpoints seeded.
+    starting_offsets
+        Where the new query starts: ``{"topic": {"partition": offset}}``.
+    """
+
+    target: Path
+    elasticity_factor: int
+    task_count: int
+    keys: int
+    checkpoints: int
+    starting_offsets: dict[str, dict[str, int]]
+
+
+def starting_offsets(checkpoint: str | os.PathLike[str], default: str = "earliest") -> str:
+    """The ``startingOffsets`` option for a query on ``checkpoint``.
+
+    Runs on the driver, once per query start; reads ``job.json`` and Spark's
+    offset log, nothing else.
+
+    Parameters
+    ----------
+    checkpoint
+        The query's checkpoint location (it may not exist yet).
+    default
+        What to return for any checkpoint but a rescaled one not started yet.
+
+    Returns
+    -------
+    str
+        For a checkpoint made by :func:`rescale` and not started yet, the
+        JSON offsets (``{"topic": {"partition": offset}}``) its buckets
+        need; otherwise ``default`` (Spark ignores ``startingOffsets`` when
+        it resumes a checkpoint anyway).
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint's ``job.json`` or offset log cannot be read.
+    """
+    job = read_job(checkpoint)
+    if job is None or job.starting_offsets is None or last_batch(checkpoint) is not None:
+        return default
+    return json.dumps(job.starting_offsets, sort_keys=True)
+
+
+def stopped_source(
+    path: str | os.PathLike[str], spark: SparkSession | None = None
+) -> SourceCheckpoint:
+    """Read a source checkpoint, refusing one that cannot be rescaled.
+
+    Parameters
+    ----------
+    path
+        The checkpoint of a stopped query that ran :func:`with_task_state`.
+    spark
+        The session, to tell whether a query of this process still runs on it.
+
+    Returns
+    -------
+    SourceCheckpoint
+
+    Raises
+    ------
+    CheckpointError
+        Not a spark-elastic stateful checkpoint, running, never ran, or its
+        last batch did not commit.
+    """
+    checkpoint = Path(path)
+    job = require_job(checkpoint, "source checkpoint")
+    _check_stopped(checkpoint, spark)
+    batch = last_batch(checkpoint)
+    if batch is None:
+        raise CheckpointError(f"source checkpoint {str(checkpoint)!r} never ran a micro-batch")
+    if not batch.committed:
+        raise CheckpointError(
+            f"source checkpoint {str(checkpoint)!r}: its last batch {batch.batch_id} did not "
+            "commit; restart the query until it commits (or stops cleanly), then rescale"
+        )
+    plan = plan_job(job.inputs, job.grouper, job.elasticity_factor)
+    return SourceCheckpoint(checkpoint, job, plan, batch)
+
+
+def _check_stopped(checkpoint: Path, spark: SparkSession | None) -> None:
+    if OwnerLock.held_here(checkpoint):
+        if _running_here(checkpoint, spark):
+            raise CheckpointError(
+                f"source checkpoint {str(checkpoint)!r} is in use by a running query; stop it first"
+            )
+        OwnerLock.release(checkpoint)
+    with OwnerLock.probe(checkpoint):
+        pass
+
+
+def _running_here(checkpoint: Path, spark: SparkSession | None) -> bool:
+    if spark is None:
+        return True
+    try:
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return any(str(q.id) == query_id and q.isActive for q in spark.streams.active)
+
+
+def rescale(
+    sources: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    elasticity_factor: int,
+    spark: SparkSession | None = None,
+) -> RescaleResult:
+    """Prepare a new checkpoint that runs the sources' job at ``elasticity_factor``.
+
+    Parameters
+    ----------
+    sources
+        Checkpoints of stopped queries that ran virtual tasks of one job (for
+        example two queries each owning half of the tasks).
+    target
+        The new checkpoint directory: absent or empty.
+    elasticity_factor
+        The new factor, a power of two from 1 to 1024.
+    spark
+        The session to read state with (default: the active one, or a local one).
+
+    Returns
+    -------
+    RescaleResult
+
+    Raises
+    ------
+    ArgumentError
+        Bad factor, no sources, a target that is not empty or is a source.
+    CheckpointError
+        A source is running, uncommitted, or not spark-elastic's; sources of
+        different jobs, or owning the same keys.
+    """
+    factor = validate_elasticity_factor(elasticity_factor)
+    paths = (
+        [Path(sources)] if isinstance(sources, str | os.PathLike) else [Path(s) for s in sources]
+    )
+    if not paths:
+        raise ArgumentError.invalid("sources", "at least one source checkpoint", [])
+    out = Path(target)
+    _check_target(out, paths)
+    session = spark if spark is not None else active_or_local_session("spark-elastic-rescale")
+    checkpoints = [stopped_source(p, session) for p in paths]
+    with contextlib.ExitStack() as held:
+        # Held to the end: a query started on a source meanwhile would move its state
+        # past the offsets read above, and the new checkpoint would replay those records.
+        for source in checkpoints:
+            held.enter_context(OwnerLock.probe(source.path))
+        for source in checkpoints:
+            _check_unchanged(source)
+        _check_one_job(checkpoints)
+        _check_disjoint(checkpoints)
+        _check_complete(checkpoints)
+
+        entries = _effective_checkpoints(session, checkpoints)
+        new_plan = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, factor)
+        seeded = _seeded_checkpoints(new_plan, entries)
+        offsets = _starting_offsets(new_plan, seeded)
+        job = replace(
+            checkpoints[0].job, elasticity_factor=factor, tasks=None, starting_offsets=offsets
+        )
+        keys = _write_target(session, out, job, new_plan, checkpoints, seeded)
+    return RescaleResult(out, factor, new_plan.task_count, keys, len(seeded), offsets)
+
+
+# -- steps -------------------------------------------------------------------------------------
+
+
+def _check_unchanged(source: SourceCheckpoint) -> None:
+    """Refuse a source whose offset log moved between its checks and taking its lock."""
+    if last_batch(source.path) != source.batch:
+        raise CheckpointError(
+            f"source checkpoint {str(source.path)!r} ran another micro-batch while being "
+            "rescaled; stop its query and rescale again"
+        )
+
+
+def _check_target(target: Path, sources: list[Path]) -> None:
+    resolved = target.resolve()
+    for source in sources:
+        # Nested either way, writing one would change the other.
+        if resolved.is_relative_to(source.resolve()) or source.resolve().is_relative_to(resolved):
+            raise ArgumentError.invalid(
+                "target",
+                "a directory other than the sources, and neither inside one nor holding one "
+                "(sources are never modified)",
+                str(target),
+            )
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ArgumentError.invalid(
+            "target", "a new or empty checkpoint directory", f"{target} (not empty)"
+        )
+
+
+def _check_one_job(checkpoints: list[SourceCheckpoint]) -> None:
+    first = checkpoints[0]
+    for other in checkpoints[1:]:
+        if not other.job.same_job(first.job):
+            raise CheckpointError(
+                f"checkpoints of different jobs: {str(first.path)!r} is job {first.job.name!r} "
+                f"(inputs {', '.join(map(str, first.job.inputs))}, grouper "
+                f"{first.job.grouper.value}, hash {first.job.hash}, state "
+                f"{first.job.state_schema!r}); {str(other.path)!r} is job {other.job.name!r} "
+                f"(inputs {', '.join(map(str, other.job.inputs))}, grouper "
+                f"{other.job.grouper.value}, hash {other.job.hash}, state "
+                f"{other.job.state_schema!r})"
+            )
+
+
+def _check_disjoint(checkpoints: list[SourceCheckpoint]) -> None:
+    """Each key must come from one source: no two sources may own related virtual tasks."""
+    owners: dict[TaskName, list[tuple[TaskName, Path]]] = {}
+    for source in checkpoints:
+        for task in source.owned_tasks():
+            owners.setdefault(task.base, []).append((task, source.path))
+    for tasks in owners.values():
+        for i, (a, path_a) in enumerate(tasks):
+            for b, path_b in tasks[i + 1 :]:
+                if lineage(a, b) is not Lineage.UNRELATED:
+                    raise CheckpointError(
+                        f"sources overlap: {str(path_a)!r} owns {a} and {str(path_b)!r} owns {b}, "
+                        "which share keys; pass only the latest checkpoint of each virtual task"
+                    )
+
+
+def _check_complete(checkpoints: list[SourceCheckpoint]) -> None:
+    """The sources together must own every key of the job, or some would restart from 0.
+
+    Sources are disjoint (checked first), so a task's keys are all owned
+    exactly when the shares ``1 / factor`` of its owned virtual tasks add up to 1.
+    """
+    share: dict[TaskName, Fraction] = {}
+    for source in checkpoints:
+        for task in source.owned_tasks():
+            share[task.base] = share.get(task.base, Fraction(0)) + Fraction(
+                1, task.elasticity_factor
+            )
+    bases = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, 1).task_names()
+    missing = [str(base) for base in bases if share.get(TaskName.parse(base), 0) != 1]
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise CheckpointError(
+            f"sources do not cover the whole job: no source owns all the keys of {shown}; "
+            "pass the latest checkpoint of every query that ran the job's virtual tasks "
+            "(a task left out would start again from offset 0)"
+        )
+
+
+def _effective_checkpoints(
+    spark: SparkSession, checkpoints: list[SourceCheckpoint]
+) -> list[BucketCheckpoint]:
+    """Every source's stored checkpoints, with each owned bucket raised to its committed offsets."""
+    from spark_elastic.state.processor import CHECKPOINT_STATE
+
+    entries: list[BucketCheckpoint] = []
+    for source in checkpoints:
+        system = source.job.system
+        stored = read_state(spark, source.path, CHECKPOINT_STATE, source.batch.batch_id)
+        if stored is not None:
+            for row in stored.select("user_map_key.*", "user_map_value.*").collect():
+                entries.append(
+                    BucketCheckpoint(
+                        system,
+                        row.stream,
+                        row.partition,
+                        row.key_bucket,
+                        row.factor,
+                        row.next_offset,
+                    )
+                )
+        ids = {name: i for i, name in enumerate(source.plan.task_names())}
+        for task in source.owned_tasks():
+            for ssp in source.plan.task(ids[str(task)]).partitions:
+                committed = source.batch.committed_offset(ssp.stream, ssp.partition)
+                entries.append(
+                    BucketCheckpoint(
+                        system,
+                        ssp.stream,
+                        ssp.partition,
+                        task.key_bucket,
+                        task.elasticity_factor,
+                        committed,
+                    )
+                )
+    return entries
+
+
+def _seeded_checkpoints(
+    plan: JobPlan, entries: list[BucketCheckpoint]
+) -> list[tuple[int, BucketCheckpoint]]:
+    """Per new task id: its own start per stream partition, plus source checkpoints above it."""
+    by_partition: dict[tuple[str, str, int], list[BucketCheckpoint]] = {}
+    for entry in entries:
+        by_partition.setdefault(entry.stream_partition, []).append(entry)
+    factor = plan.elasticity_factor
+    seeded: list[tuple[int, BucketCheckpoint]] = []
+    for task_id in range(plan.task_count):
+        bucket = task_id % factor
+        for ssp in plan.task(task_id).partitions:
+            known = by_partition.get((ssp.system, ssp.stream, ssp.partition), [])
+            related = [
+                e for e in known if e.covers(bucket, factor) or e.is_descendant_of(bucket, factor)
+            ]
+            start = bucket_start(related, bucket, factor)
+            if start is None:
+                start = cover_start(related, bucket, factor)
+            if start is not None:
+                own = BucketCheckpoint(ssp.system, ssp.stream, ssp.partition, bucket, factor, start)
+                seeded.append((task_id, own))
+            for e in _distinct(related):
+                if e.is_descendant_of(bucket, factor) and (start is None or e.next_offset > start):
+                    seeded.append((task_id, e))
+    return seeded
+
+
+def _distinct(entries: Iterable[BucketCheckpoint]) -> list[BucketCheckpoint]:
+    """One entry per bucket and factor, the largest: each is a valid bound, the largest tightest."""
+    best: dict[tuple[int, int], BucketCheckpoint] = {}
+    for e in entries:
+        key = (e.key_bucket, e.elasticity_factor)
+        if key not in best or e.next_offset > best[key].next_offset:
+            best[key] = e
+    return sorted(best.values())
+
+
+def _starting_offsets(
+    plan: JobPlan, seeded: list[tuple[int, BucketCheckpoint]]
+) -> dict[str, dict[str, int]]:
+    """Per stream partition, the smallest start any of its buckets needs (0 if one has none)."""
+    factor = plan.elasticity_factor
+    starts: dict[tuple[str, int], dict[int, int]] = {}
+    for _, e in seeded:
+        if e.elasticity_factor == factor:
+            starts.setdefault((e.stream, e.partition), {})[e.key_bucket] = e.next_offset
+    offsets: dict[str, dict[str, int]] = {}
+    for stream in plan.inputs:
+        for partition in range(stream.partition_count):
+            buckets = starts.get((stream.stream, partition), {})
+            complete = len(buckets) == factor
+            offsets.setdefault(stream.stream, {})[str(partition)] = (
+                min(buckets.values()) if complete else 0
+            )
+    return offsets
+
+
+def _write_target(
+    spark: SparkSession,
+    target: Path,
+    job: JobSpec,
+    plan: JobPlan,
+    checkpoints: list[SourceCheckpoint],
+    seeded: list[tuple[int, BucketCheckpoint]],
+) -> int:
+    """Write seed and job file to a temporary sibling, then rename it into place."""
+    from spark_elastic.state.checkpoint_dir import write_job
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        seed = _seed_frame(spark, plan, checkpoints, seeded, job.state_schema)
+        seed.write.parquet(str(seed_dir(staging)))
+        # Counted from what was written: evaluating the seed frame again would read every
+        # source's state a second time.
+        written = spark.read.parquet(str(seed_dir(staging)))
+        keys = int(written.filter("kind = 'state'").count())
+        write_job(staging, job)
+        if target.exists():
+            target.rmdir()
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return keys
+
+
+def _seed_frame(
+    spark: SparkSession,
+    plan: JobPlan,
+    checkpoints: list[SourceCheckpoint],
+    seeded: list[tuple[int, BucketCheckpoint]],
+    state_schema: str,
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    from spark_elastic.dataplane.buckets import key_bucket
+    from spark_elastic.dataplane.columns import KafkaColumns
+    from spark_elastic.state.processor import USER_STATE
+
+    keys = routing_keys(plan.task_count).tolist()
+    value_fields = spark.createDataFrame([], state_schema).schema.fields
+    state_columns = [
+        F.col(f"user_map_value.`{f.name}`").alias(f"state_{f.name}") for f in value_fields
+    ]
+    factor = plan.elasticity_factor
+    moved = []
+    for source in checkpoints:
+        stored = read_state(spark, source.path, USER_STATE, source.batch.batch_id)
+        if stored is None:
+            continue
+        old_keys = routing_keys(source.plan.task_count).tolist()
+        base_of_old_key = F.create_map(
+            *[
+                item
+                for t, k in enumerate(old_keys)
+                for item in (F.lit(k), F.lit(t // source.plan.elasticity_factor))
+            ]
+        )
+        rows = stored.select(
+            F.col("key.routing_key").alias("old_routing_key"),
+            F.col("user_map_key.key").alias("key"),
+            F.lit(0).cast("long").alias("offset"),
+            *state_columns,
+        )
+        bucket = key_bucket(MAX_ELASTICITY_FACTOR, source.job.hash, KafkaColumns())  # type: ignore[arg-type]
+        new_id = base_of_old_key[F.col("old_routing_key")] * factor + F.pmod(bucket, F.lit(factor))
+        moved.append(
+            rows.withColumn(
+                "routing_key",
+                F.element_at(F.array(*[F.lit(k) for k in keys]), new_id.cast("int") + 1),
+            ).select(
+                "routing_key",
+                F.lit("state").alias("kind"),
+                "key",
+                *[F.col(f"state_{f.name}") for f in value_fields],
+            )
+        )
+    checkpoint_rows = spark.createDataFrame(
+        [
+            (
+                keys[task_id],
+                "checkpoint",
+                e.stream,
+                e.partition,
+                e.key_bucket,
+                e.elasticity_factor,
+                e.next_offset,
+            )
+            for task_id, e in seeded
+        ],
+        "routing_key int, kind string, stream string, partition int, key_bucket int, "
+        "factor int, next_offset long",
+    )
+    seed = checkpoint_rows
+    for frame in moved:
+        seed = seed.unionByName(frame, allowMissingColumns=True)
+    if not moved:
+        for f in value_fields:
+            seed = seed.withColumn(f"state_{f.name}", F.lit(None).cast(f.dataType))
+        seed = seed.withColumn("key", F.lit(None).cast("binary"))
+    return seed

@@ -1,0 +1,228 @@
+"""Read a stateful query's per-bucket checkpoints: `spark-elastic checkpoint show`.
+
+Runs on the driver; reads the checkpoint with Spark's state data source
+reader (the last committed batch), so it works on stopped and running queries.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_elastic.dataplane.routing import routing_keys
+from spark_elastic.model.groupers import plan_job
+from spark_elastic.state.checkpoint_dir import JobSpec, last_batch, read_state, require_job
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["BucketOffset", "CheckpointReport", "read_checkpoint"]
+
+
+@dataclass(frozen=True, order=True)
+class BucketOffset:
+    """One bucket checkpoint of one virtual task.
+
+    Attributes
+    ----------
+    virtual_task
+        The task's name, e.g. ``Partition 0_1_2``.
+    stream, partition
+        The stream partition the checkpoint is for.
+    key_bucket, elasticity_factor
+        The key bucket it covers (a task may hold checkpoints of coarser or
+        finer buckets after a rescale).
+    next_offset
+        The next offset of that bucket's keys to apply.
+    committed_offset
+        The offset the query's last committed batch read up to in that partition.
+    behind
+        ``committed_offset - next_offset``: records of other buckets (or
+        none at all) since this bucket last saw one. Negative when the
+        bucket is ahead of the query (a rescaled bucket that some source
+        had already applied).
+    """
+
+    virtual_task: str
+    stream: str
+    partition: int
+    key_bucket: int
+    elasticity_factor: int
+    next_offset: int
+    committed_offset: int
+    behind: int
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """A checkpoint's job, last batch and bucket checkpoints.
+
+    Attributes
+    ----------
+    path
+        The checkpoint directory.
+    job
+        Its ``job.json``.
+    batch_id
+        The last micro-batch in Spark's offset log, ``None`` before the first.
+    committed
+        Whether that batch committed.
+    offsets
+        The source offsets the last committed batch read up to, per topic
+        and partition (as strings, like Spark's offset log).
+    buckets
+        Every bucket checkpoint stored, by virtual task.
+    """
+
+    path: Path
+    job: JobSpec
+    batch_id: int | None
+    committed: bool
+    offsets: dict[str, dict[str, int]]
+    buckets: tuple[BucketOffset, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document.
+
+        Returns
+        -------
+        dict
+            ``checkpoint``, ``job`` (its ``job.json``), ``batchId``,
+            ``lastBatchCommitted``, ``committedOffsets`` and ``buckets``, one dict
+            per bucket checkpoint with the :class:`BucketOffset` fields in camelCase.
+        """
+        return {
+            "checkpoint": str(self.path),
+            "job": self.job.to_json(),
+            "batchId": self.batch_id,
+            "lastBatchCommitted": self.committed,
+            "committedOffsets": self.offsets,
+            "buckets": [
+                {
+                    "virtualTask": b.virtual_task,
+                    "stream": b.stream,
+                    "partition": b.partition,
+                    "keyBucket": b.key_bucket,
+                    "elasticityFactor": b.elasticity_factor,
+                    "nextOffset": b.next_offset,
+                    "committedOffset": b.committed_offset,
+                    "behind": b.behind,
+                }
+                for b in self.buckets
+            ],
+        }
+
+
+def read_checkpoint(
+    path: str | os.PathLike[str], spark: SparkSession | None = None
+) -> CheckpointReport:
+    """Each virtual task's bucket checkpoints and how far behind the committed offsets they are.
+
+    Runs on the driver; reads the state with Spark's state data source, so it
+    works on a running query's checkpoint too (as of its last commit).
+
+    Parameters
+    ----------
+    path
+        A checkpoint written by a :func:`with_task_state` query or by :func:`rescale`.
+    spark
+        The session to read state with (default: the active one, or a local one).
+
+    Returns
+    -------
+    CheckpointReport
+
+    Raises
+    ------
+    CheckpointError
+        Not a spark-elastic stateful checkpoint, or unreadable.
+    """
+    from spark_elastic.dataplane.session import active_or_local_session
+    from spark_elastic.state.processor import CHECKPOINT_STATE
+
+    checkpoint = Path(path)
+    job = require_job(checkpoint)
+    batch = last_batch(checkpoint)
+    plan = plan_job(job.inputs, job.grouper, job.elasticity_factor)
+    names = dict(zip(routing_keys(plan.task_count).tolist(), plan.task_names(), strict=True))
+    buckets: list[BucketOffset] = []
+    if (batch is not None and batch.committed) or (batch is not None and batch.batch_id > 0):
+        stored = read_state(spark or active_or_local_session(), checkpoint, CHECKPOINT_STATE)
+        rows = (
+            []
+            if stored is None
+            else stored.select("key.routing_key", "user_map_key.*", "user_map_value.*").collect()
+        )
+        for row in rows:
+            committed = batch.committed_offset(row.stream, row.partition)
+            buckets.append(
+                BucketOffset(
+                    names.get(row.routing_key, f"<routing key {row.routing_key}>"),
+                    row.stream,
+                    row.partition,
+                    row.key_bucket,
+                    row.factor,
+                    row.next_offset,
+                    committed,
+                    committed - row.next_offset,
+                )
+            )
+    order = {name: i for i, name in enumerate(plan.task_names())}
+    buckets.sort(
+        key=lambda b: (
+            order.get(b.virtual_task, -1),
+            b.stream,
+            b.partition,
+            b.elasticity_factor,
+            b.key_bucket,
+        )
+    )
+    return CheckpointReport(
+        checkpoint,
+        job,
+        None if batch is None else batch.batch_id,
+        False if batch is None else batch.committed,
+        {} if batch is None else batch.offsets,
+        tuple(buckets),
+    )
+
+
+def format_report(report: CheckpointReport) -> str:
+    """The human table."""
+    job = report.job
+    lines = [
+        f"checkpoint {report.path}: job {job.name!r}, elasticity factor {job.elasticity_factor}, "
+        f"tasks {'all' if job.tasks is None else len(job.tasks)}; last batch "
+        + (
+            "none"
+            if report.batch_id is None
+            else f"{report.batch_id} ({'committed' if report.committed else 'NOT committed'})"
+        )
+    ]
+    if job.starting_offsets is not None and report.batch_id is None:
+        lines.append(
+            f"seeded by rescale; start the query at startingOffsets {job.starting_offsets}"
+        )
+    header = ("VIRTUAL TASK", "STREAM", "PARTITION", "BUCKET", "NEXT OFFSET", "COMMITTED", "BEHIND")
+    rows = [
+        (
+            b.virtual_task,
+            b.stream,
+            str(b.partition),
+            f"{b.key_bucket}/{b.elasticity_factor}",
+            str(b.next_offset),
+            str(b.committed_offset),
+            str(b.behind),
+        )
+        for b in report.buckets
+    ]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    if not rows:
+        lines.append("(no bucket checkpoints yet)")
+    return "\n".join(lines)

@@ -1,0 +1,527 @@
+"""Stateful virtual tasks on real streaming queries: checkpoints, failures, split and merge.
+
+The processor keeps a running count and the last offset per key and emits
+one row per record, so loss (a missing count), duplication (a repeated
+count) and reordering (offsets not increasing with the count) are visible.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from spark_elastic import (
+    LOG_SOURCE_FORMAT,
+    EmbeddedLog,
+    TaskProcessor,
+    TaskState,
+    read_checkpoint,
+    register_log_source,
+    rescale,
+    starting_offsets,
+    with_task_state,
+)
+from spark_elastic.errors import ArgumentError, CheckpointError
+from spark_elastic.state.processor import USER_STATE
+from spark_elastic.state.rescale import _check_unchanged, stopped_source
+
+# Slow (left out by `pytest -m "not slow"`): streaming queries, processes holding checkpoints.
+pytestmark = pytest.mark.slow
+
+TOPIC = "clicks"
+PARTITIONS = 2
+
+
+class RunningCount(TaskProcessor):
+    """Count and last offset per key; fails once mid-batch when its marker file exists."""
+
+    state_schema = "count long, last_offset long"
+    output_schema = "key string, count long, offset long, partition int, task string"
+
+    def __init__(self, fail_marker: str | None = None) -> None:
+        self.fail_marker = fail_marker
+
+    def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
+        out = []
+        for i, (key, offset, partition) in enumerate(
+            zip(rows["key"], rows["offset"], rows["partition"], strict=True)
+        ):
+            if self.fail_marker and i == len(rows) // 2 and Path(self.fail_marker).exists():
+                Path(self.fail_marker).unlink()
+                raise RuntimeError("injected failure in the middle of a micro-batch")
+            count, _ = task.get(key, (0, -1))
+            task.put(key, (count + 1, int(offset)))
+            out.append((key.decode(), count + 1, int(offset), int(partition), task.name))
+        return pd.DataFrame(out, columns=["key", "count", "offset", "partition", "task"])
+
+
+@dataclass
+class Job:
+    """A stateful job on the embedded log, run step by step."""
+
+    spark: SparkSession
+    root: Path
+    rng: random.Random
+    scramble: bool = False
+    """Shuffle the input round-robin first, so only the library's sort keeps offset order."""
+    log: EmbeddedLog = field(init=False)
+    outputs: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.log = EmbeddedLog(self.root / "log", fsync=False)
+        self.log.create_topic(TOPIC, PARTITIONS)
+        register_log_source(self.spark)
+
+    def produce(self, count: int) -> None:
+        keys = [f"user-{self.rng.randrange(25)}".encode() for _ in range(count)]
+        with self.log.producer(TOPIC) as producer:
+            producer.send_many(keys, [b"x"] * count)
+
+    def run(
+        self,
+        checkpoint: Path,
+        factor: int,
+        tasks: list[str] | None = None,
+        fail: bool = False,
+        max_per_trigger: int = 150,
+    ) -> None:
+        """Run to the end of the log; with ``fail``, die mid-batch once and restart."""
+        marker = self.root / "fail-once"
+        if fail:
+            marker.touch()
+        # A file sink's log lives beside its data and follows the checkpoint's batches,
+        # so every run on one checkpoint writes to that checkpoint's output.
+        output = self.root / f"out-{checkpoint.name}"
+        if output not in self.outputs:
+            self.outputs.append(output)
+        if fail:
+            with pytest.raises(StreamingQueryException, match="injected failure"):
+                self.start(
+                    checkpoint, factor, tasks, str(marker), output, max_per_trigger
+                ).awaitTermination()
+        self.start(
+            checkpoint, factor, tasks, str(marker), output, max_per_trigger
+        ).awaitTermination()
+        assert not marker.exists()
+
+    def start(
+        self,
+        checkpoint: Path,
+        factor: int,
+        tasks: list[str] | None,
+        marker: str,
+        output: Path,
+        max_per_trigger: int,
+        available_now: bool = True,
+    ) -> StreamingQuery:
+        events = (
+            self.spark.readStream.format(LOG_SOURCE_FORMAT)
+            .option("path", str(self.log.path))
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", starting_offsets(checkpoint))
+            .option("maxOffsetsPerTrigger", max_per_trigger)
+            .load()
+        )
+        if self.scramble:
+            events = events.repartition(3)
+        out = events.transform(
+            with_task_state(
+                RunningCount(marker),
+                job="running-count",
+                checkpoint_location=checkpoint,
+                elasticity_factor=factor,
+                partitions=self.log.partition_counts([TOPIC]),
+                tasks=tasks,
+            )
+        )
+        writer = (
+            out.writeStream.format("parquet")
+            .option("path", str(output))
+            .option("checkpointLocation", str(checkpoint))
+        )
+        if available_now:
+            return writer.trigger(availableNow=True).start()
+        return writer.trigger(processingTime="1 hour").start()
+
+    def output(self) -> DataFrame:
+        frames = [self.spark.read.parquet(str(p)) for p in self.outputs if p.exists()]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union.select("key", "count", "offset", "partition")
+
+
+def final_state(spark: SparkSession, checkpoint: Path) -> DataFrame:
+    return (
+        spark.read.format("statestore")
+        .option("stateVarName", USER_STATE)
+        .load(str(checkpoint))
+        .selectExpr(
+            "cast(user_map_key.key as string) as key",
+            "user_map_value.count as count",
+            "user_map_value.last_offset as last_offset",
+        )
+    )
+
+
+def assert_applied_in_offset_order(output: DataFrame, seed: int) -> None:
+    per_key: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for row in output.collect():
+        per_key.setdefault((row.key, row.partition), []).append((row["count"], row.offset))
+    for (key, _), applied in per_key.items():
+        applied.sort()
+        assert [c for c, _ in applied] == list(range(1, len(applied) + 1)), f"seed={seed} {key}"
+        offsets = [o for _, o in applied]
+        assert offsets == sorted(offsets), f"seed={seed} {key} applied out of offset order"
+
+
+def assert_same_as(reference: Job, job: Job, checkpoint: Path) -> None:
+    """The job's output and its last checkpoint's state equal the reference run's."""
+    assert_df_equality(
+        job.output(), reference.output(), ignore_row_order=True, ignore_nullable=True
+    )
+    assert_df_equality(
+        final_state(job.spark, checkpoint),
+        final_state(reference.spark, reference.root / "cp"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+@pytest.fixture
+def seed() -> int:
+    value = random.randrange(2**32)
+    print(f"seed={value}")
+    return value
+
+
+def reference_run(spark: SparkSession, tmp_path: Path, seed: int, sizes: list[int]) -> Job:
+    """The same records through one query at factor 1, with no rescale."""
+    reference = Job(spark, tmp_path / "reference", random.Random(seed))
+    for size in sizes:
+        reference.produce(size)
+    reference.run(tmp_path / "reference" / "cp", 1, max_per_trigger=10_000)
+    return reference
+
+
+def test_rescale_1_2_4_2_1_with_failures_equals_a_single_run(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    sizes = [300, 200, 200, 200, 100]
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    checkpoints = [tmp_path / f"cp-{i}-f{f}" for i, f in enumerate((1, 2, 4, 2, 1))]
+    factors = [1, 2, 4, 2, 1]
+    for step, (checkpoint, factor, size) in enumerate(
+        zip(checkpoints, factors, sizes, strict=True)
+    ):
+        if step:
+            result = rescale(checkpoints[step - 1], checkpoint, factor, spark)
+            assert result.task_count == PARTITIONS * factor
+        job.produce(size)
+        job.run(checkpoint, factor, fail=step in (0, 2))
+    reference = reference_run(spark, tmp_path, seed, sizes)
+
+    assert_same_as(reference, job, checkpoints[-1])
+    assert_applied_in_offset_order(job.output(), seed)
+
+
+def test_rescaled_query_restarts_after_its_first_commit(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # The seed goes in as initialState only until a batch commits, so the restarts after
+    # that run a different plan on the same checkpoint; they must neither reload nor lose it.
+    job = Job(spark, tmp_path / "job", random.Random(seed), scramble=True)
+    first, split = tmp_path / "cp", tmp_path / "cp-split"
+    job.produce(200)
+    job.run(first, 1)
+    rescale(first, split, 2, spark)
+    job.produce(200)
+    job.run(split, 2)  # commits batches on the rescaled checkpoint
+    job.produce(200)
+    job.run(split, 2, fail=True)  # restarts, dies mid-batch, restarts again
+    reference = reference_run(spark, tmp_path, seed, [200, 200, 200])
+
+    assert_same_as(reference, job, split)
+    assert_applied_in_offset_order(job.output(), seed)
+
+
+def test_two_queries_owning_halves_merge_into_one(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    evens = [f"Partition {p}_0_2" for p in range(PARTITIONS)]
+    odds = [f"Partition {p}_1_2" for p in range(PARTITIONS)]
+    first, second, merged = tmp_path / "cp-evens", tmp_path / "cp-odds", tmp_path / "cp-merged"
+    job.produce(250)
+    job.run(first, 2, tasks=evens)  # stopped at the first 250 records
+    job.produce(150)
+    job.run(second, 2, tasks=odds)  # stopped at 400
+    result = rescale([first, second], merged, 1, spark)
+    assert result.starting_offsets == json.loads(starting_offsets(merged))
+    job.produce(100)
+    job.run(merged, 1)
+    reference = reference_run(spark, tmp_path, seed, [250, 150, 100])
+
+    assert_same_as(reference, job, merged)
+
+
+def test_replay_from_lower_offsets_is_skipped_and_counted(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    job.produce(120)
+    first, split = tmp_path / "cp", tmp_path / "cp-split"
+    job.run(first, 1)
+    rescale(first, split, 2, spark)
+    # Start the split query from the very beginning instead of its starting offsets.
+    events = (
+        spark.readStream.format(LOG_SOURCE_FORMAT)
+        .option("path", str(job.log.path))
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    out = events.transform(
+        with_task_state(
+            RunningCount(),
+            job="running-count",
+            checkpoint_location=split,
+            elasticity_factor=2,
+            partitions={TOPIC: PARTITIONS},
+        )
+    )
+    query = (
+        out.writeStream.format("parquet")
+        .option("path", str(tmp_path / "replayed"))
+        .option("checkpointLocation", str(split))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    metrics = query.lastProgress["observedMetrics"]["spark_elastic"]
+    assert metrics["records_skipped"] == 120, f"seed={seed}"
+    assert metrics["records_processed"] == 0
+    assert metrics["task_count"] == 4
+    assert 1 <= metrics["active_tasks"] <= 4
+    assert metrics["key_bucket_ns"] > 0  # every record was compared with the seeded checkpoints
+    assert metrics["checkpoint_resolve_ns"] >= 0
+    assert spark.read.parquet(str(tmp_path / "replayed")).count() == 0
+
+
+def test_checkpoint_show_reports_bucket_offsets_and_lag(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    job.produce(200)
+    job.run(tmp_path / "cp", 2)
+    report = read_checkpoint(tmp_path / "cp", spark)
+    assert report.committed
+    ends = job.log.end_offsets(TOPIC)
+    assert report.offsets == {TOPIC: {str(p): o for p, o in ends.items()}}
+    tasks = {b.virtual_task for b in report.buckets}
+    assert tasks == {f"Partition {p}_{b}_2" for p in range(2) for b in range(2)}
+    for bucket in report.buckets:
+        assert 0 < bucket.next_offset <= ends[bucket.partition]
+        assert bucket.behind == ends[bucket.partition] - bucket.next_offset
+    # every partition's last record is some bucket's last record: lag 0 for one of them
+    for partition in range(PARTITIONS):
+        assert min(b.behind for b in report.buckets if b.partition == partition) == 0
+
+
+def test_stateful_query_has_one_exchange(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    job.produce(50)
+    query = job.start(tmp_path / "cp", 4, None, str(tmp_path / "no-marker"), tmp_path / "o", 100)
+    query.awaitTermination()
+    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    assert plan.count("Exchange ") == 1, plan
+
+
+# -- refusals ------------------------------------------------------------------------------------
+
+
+def stopped_job(spark: SparkSession, tmp_path: Path, seed: int) -> tuple[Job, Path]:
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    job.produce(40)
+    checkpoint = tmp_path / "cp"
+    job.run(checkpoint, 1)
+    return job, checkpoint
+
+
+def test_rescale_refuses_bad_factor_and_nonempty_target_writing_nothing(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    before = sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*"))
+    with pytest.raises(ArgumentError, match="elasticity_factor"):
+        rescale(checkpoint, tmp_path / "new", 3, spark)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "file").touch()
+    with pytest.raises(ArgumentError, match="not empty"):
+        rescale(checkpoint, tmp_path / "busy", 2, spark)
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*")) == before
+
+
+def test_rescale_leaves_its_sources_untouched(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+
+    def files() -> dict[Path, tuple[int, int]]:
+        return {
+            p.relative_to(checkpoint): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in checkpoint.rglob("*")
+            if p.is_file()
+        }
+
+    before = files()
+    rescale(checkpoint, tmp_path / "new", 2, spark)
+    assert files() == before
+
+
+def test_rescale_refuses_overlapping_sources(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    copy = tmp_path / "copy"
+    shutil.copytree(checkpoint, copy)
+    with pytest.raises(CheckpointError, match="sources overlap"):
+        rescale([checkpoint, copy], tmp_path / "new", 2, spark)
+    assert not (tmp_path / "new").exists()
+
+
+def test_rescale_refuses_sources_that_do_not_cover_the_job(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # Only the even halves ran here: the odd ones would start again from offset 0.
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    job.produce(40)
+    evens = tmp_path / "cp-evens"
+    job.run(evens, 2, tasks=[f"Partition {p}_0_2" for p in range(PARTITIONS)])
+    with pytest.raises(CheckpointError, match=r"do not cover the whole job.*Partition 0"):
+        rescale(evens, tmp_path / "new", 1, spark)
+    assert not (tmp_path / "new").exists()
+
+
+def test_rescale_refuses_a_target_inside_a_source(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    with pytest.raises(ArgumentError, match="neither inside one"):
+        rescale(checkpoint, checkpoint / "rescaled", 2, spark)
+    assert not (checkpoint / "rescaled").exists()
+
+
+def test_rescale_refuses_a_source_that_ran_a_batch_after_its_checks(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # What rescale re-checks once it holds the sources' locks: the offset log it planned from.
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    source = stopped_source(checkpoint, spark)
+    last = source.batch.batch_id
+    shutil.copy(checkpoint / "offsets" / str(last), checkpoint / "offsets" / str(last + 1))
+    with pytest.raises(CheckpointError, match="ran another micro-batch while being rescaled"):
+        _check_unchanged(source)
+
+
+def test_rescale_refuses_uncommitted_last_batch(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    job.produce(40)
+    (job.root / "fail-once").touch()
+    query = job.start(checkpoint, 1, None, str(job.root / "fail-once"), tmp_path / "o2", 100)
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination()
+    with pytest.raises(CheckpointError, match="did not commit"):
+        rescale(checkpoint, tmp_path / "new", 2, spark)
+
+
+def test_rescale_refuses_a_running_query(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    query = job.start(checkpoint, 1, None, "", tmp_path / "o2", 100, available_now=False)
+    try:
+        query.processAllAvailable()
+        with pytest.raises(CheckpointError, match="running query"):
+            rescale(checkpoint, tmp_path / "new", 2, spark)
+    finally:
+        query.stop()
+    rescale(checkpoint, tmp_path / "new", 2, spark)  # stopped: now allowed
+
+
+LOCK_HOLDER = (
+    "import sys; from spark_elastic.state.checkpoint_dir import OwnerLock; "
+    "OwnerLock.acquire(sys.argv[1]); print('locked', flush=True); sys.stdin.read()"
+)
+
+
+def test_rescale_refuses_a_query_running_in_another_process(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(checkpoint)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CheckpointError, match="another process"):
+            rescale(checkpoint, tmp_path / "new", 2, spark)
+    finally:
+        holder.communicate("", timeout=30)
+    assert not (tmp_path / "new").exists()
+
+
+def test_rescale_refuses_checkpoints_of_different_jobs(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    other = tmp_path / "other"
+    shutil.copytree(checkpoint, other)
+    job_file = other / "_spark_elastic" / "job.json"
+    document = json.loads(job_file.read_text())
+    document["name"] = "another-job"
+    job_file.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match="different jobs"):
+        rescale([checkpoint, other], tmp_path / "new", 2, spark)
+
+
+def test_query_refuses_checkpoint_of_another_factor(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    with pytest.raises(CheckpointError, match="rescale"):
+        job.start(checkpoint, 2, None, "", tmp_path / "o2", 100)
+
+
+def test_checkpoint_show_reads_a_running_query(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    query = job.start(checkpoint, 1, None, "", tmp_path / "o2", 100, available_now=False)
+    try:
+        query.processAllAvailable()
+        assert query.isActive
+        report = read_checkpoint(checkpoint, spark)
+    finally:
+        query.stop()
+    ends = job.log.end_offsets(TOPIC)
+    assert report.committed
+    assert report.offsets == {TOPIC: {str(p): o for p, o in ends.items()}}
+    assert {b.virtual_task for b in report.buckets} == {f"Partition {p}" for p in range(2)}
