@@ -20,10 +20,13 @@ __all__ = [
     "AssignmentError",
     "CheckpointError",
     "ColumnError",
+    "FencedError",
     "JavaNotFoundError",
+    "JobDefinitionError",
     "LogError",
     "PartitionExpansionError",
     "PlanError",
+    "ProtocolError",
     "SparkElasticError",
     "TaskNameError",
 ]
@@ -102,3 +105,15 @@ class CheckpointError(SparkElasticError):
 
 class JavaNotFoundError(SparkElasticError, RuntimeError):
     """Spark needs a Java runtime and none was found."""
+
+
+class JobDefinitionError(SparkElasticError):
+    """A job cannot be loaded: its file or module does not import, or the attribute is no job."""
+
+
+class ProtocolError(SparkElasticError, ValueError):
+    """A coordinator or container message is malformed (wrong JSON shape, unknown id)."""
+
+
+class FencedError(SparkElasticError, RuntimeError):
+    """A container's lease has expired: it must not write output or commit a batch."""
