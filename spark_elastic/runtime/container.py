@@ -1,0 +1,614 @@
+"""A container: one process, one SparkSession, one streaming query over the tasks it is given.
+
+What the coordinator launches (``spark-elastic container run``), configured by
+environment variables (SAMZA-871 names the first):
+
+=================================  ================================================
+``EXECUTION_ENV_CONTAINER_ID``     the id the coordinator issued; required
+``SPARK_ELASTIC_COORDINATOR_URL``  ``http://127.0.0.1:PORT``; required
+``SPARK_ELASTIC_JOB``              ``module:attribute`` or ``file.py:attribute``; required
+``SPARK_ELASTIC_MASTER``           Spark master URL (default ``local[2]``)
+``SPARK_ELASTIC_HEARTBEAT_MS``     heartbeat interval (default 1000; first one at once)
+``SPARK_ELASTIC_HEARTBEAT_RETRIES`` failed heartbeats in a row before giving up (6)
+``SPARK_ELASTIC_SHUTDOWN_MS``      graceful-stop limit before a forced ``exit(1)`` (30000)
+``SPARK_ELASTIC_WRITE_BUDGET_MS``  lease that must remain to start a write (3000)
+``SPARK_ELASTIC_TOKEN``            bearer token, when the coordinator requires one
+=================================  ================================================
+
+Its life: register (which grants the first lease), fetch the job model, fork
+its checkpoint generation from the previous owner's committed prefix if the
+model says so (:mod:`.generations`), start the query, then heartbeat on a
+thread while the main thread reports each committed batch. The query writes
+through ``foreachBatch``, which checks the lease right before the job's sink
+is called: an expired lease (by the container's own clock, even with the
+coordinator unreachable) fails the batch before anything is written, so the
+batch never commits. ``{"alive": false}`` or too many failed heartbeats stop
+the query and exit 1; SIGTERM stops it and exits 0; a stop that hangs past
+the limit is cut short by ``os._exit(1)``, as Samza does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_elastic.errors import ArgumentError, ProtocolError, SparkElasticError
+from spark_elastic.runtime.generations import fork_committed
+from spark_elastic.runtime.job import Job, load_job_and_module
+from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
+from spark_elastic.runtime.protocol import (
+    CONTAINER_ID_ENV,
+    COORDINATOR_URL_ENV,
+    JOB_ENV,
+    ContainerModel,
+    HeartbeatReply,
+    JobModel,
+    ProgressReport,
+    Registration,
+    TaskProgress,
+    validate_container_id,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from spark_elastic.model.plan import JobPlan
+
+__all__ = ["ContainerSettings", "CoordinatorClient", "run_container"]
+
+EXIT_OK = 0
+EXIT_FENCED = 1
+READ_METRIC = "spark_elastic_read"
+OWN_METRIC = "spark_elastic_own"
+
+
+def _log(message: str) -> None:
+    print(f"spark-elastic container: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """A container's configuration, normally from its environment (:meth:`from_env`).
+
+    Attributes
+    ----------
+    container_id
+        The id the coordinator issued.
+    coordinator_url
+        The coordinator's base URL.
+    job
+        The job spec, ``module:attribute`` or ``file.py:attribute``.
+    master
+        The Spark master URL.
+    heartbeat_s
+        Interval between heartbeats.
+    heartbeat_retries
+        Failed heartbeats in a row tolerated before the container gives up.
+    shutdown_s
+        How long a graceful stop may take before a forced exit.
+    write_budget_s
+        Lease that must remain to start a write.
+    token
+        Bearer token for the coordinator, if it requires one.
+    """
+
+    container_id: str
+    coordinator_url: str
+    job: str
+    master: str = "local[2]"
+    heartbeat_s: float = 1.0
+    heartbeat_retries: int = 6
+    shutdown_s: float = 30.0
+    write_budget_s: float = 3.0
+    token: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ContainerSettings:
+        """Read the settings from environment variables (see the module docstring).
+
+        Parameters
+        ----------
+        env
+            The environment (default ``os.environ``).
+
+        Returns
+        -------
+        ContainerSettings
+            The settings.
+
+        Raises
+        ------
+        ArgumentError
+            A required variable is missing or a value is malformed; one line naming it.
+        """
+        env = os.environ if env is None else env
+        missing = [v for v in (CONTAINER_ID_ENV, COORDINATOR_URL_ENV, JOB_ENV) if not env.get(v)]
+        if missing:
+            raise ArgumentError(
+                f"{missing[0]}: expected the environment variable to be set (the coordinator "
+                "sets it when it launches a container), found it unset"
+            )
+        try:
+            container_id = validate_container_id(env[CONTAINER_ID_ENV], CONTAINER_ID_ENV)
+        except ProtocolError as exc:
+            raise ArgumentError(str(exc)) from None
+        url = env[COORDINATOR_URL_ENV].rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise ArgumentError.invalid(COORDINATOR_URL_ENV, "an http:// or https:// URL", url)
+        return cls(
+            container_id=container_id,
+            coordinator_url=url,
+            job=env[JOB_ENV],
+            master=env.get("SPARK_ELASTIC_MASTER") or "local[2]",
+            heartbeat_s=_millis(env, "SPARK_ELASTIC_HEARTBEAT_MS", 1000) / 1000,
+            heartbeat_retries=int(_millis(env, "SPARK_ELASTIC_HEARTBEAT_RETRIES", 6)),
+            shutdown_s=_millis(env, "SPARK_ELASTIC_SHUTDOWN_MS", 30_000) / 1000,
+            write_budget_s=_millis(env, "SPARK_ELASTIC_WRITE_BUDGET_MS", 3000) / 1000,
+            token=env.get("SPARK_ELASTIC_TOKEN") or None,
+        )
+
+
+def _millis(env: Mapping[str, str], name: str, default: int) -> float:
+    text = env.get(name)
+    if text is None or text == "":
+        return float(default)
+    if not (text.isascii() and text.isdigit()):
+        raise ArgumentError.invalid(name, "a non-negative whole number", text)
+    return float(int(text))
+
+
+class CoordinatorClient:
+    """The container's side of the coordinator's HTTP API (stdlib ``urllib``; one call at a time).
+
+    Parameters
+    ----------
+    url
+        The coordinator's base URL.
+    token
+        Bearer token, if the coordinator requires one.
+    timeout_s
+        Per-request timeout.
+    """
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0) -> None:
+        self._url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout_s
+
+    def _call(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self._url + path, data=data)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
+        with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            return json.loads(response.read())
+
+    def heartbeat(self, container_id: str) -> HeartbeatReply:
+        """``GET /containerHeartbeat?executionContainerId=ID``.
+
+        Parameters
+        ----------
+        container_id
+            This container's id.
+
+        Returns
+        -------
+        HeartbeatReply
+            Whether the coordinator considers the container alive, and its lease.
+        """
+        query = urllib.parse.urlencode({"executionContainerId": container_id})
+        return HeartbeatReply.from_json(self._call(f"/containerHeartbeat?{query}"))
+
+    def register(self, registration: Registration) -> HeartbeatReply:
+        """``POST /containers/register``.
+
+        Parameters
+        ----------
+        registration
+            This container's id and process.
+
+        Returns
+        -------
+        HeartbeatReply
+            The first lease, or ``alive: false`` for an id the coordinator did not issue.
+        """
+        return HeartbeatReply.from_json(self._call("/containers/register", registration.to_json()))
+
+    def progress(self, report: ProgressReport) -> HeartbeatReply:
+        """``POST /containers/progress``.
+
+        Parameters
+        ----------
+        report
+            The last committed batch and per-task positions.
+
+        Returns
+        -------
+        HeartbeatReply
+            As for a heartbeat (a report renews the lease too).
+        """
+        return HeartbeatReply.from_json(self._call("/containers/progress", report.to_json()))
+
+    def job_model(self) -> JobModel:
+        """``GET /jobModel``.
+
+        Returns
+        -------
+        JobModel
+            The current job model.
+        """
+        return JobModel.from_json(self._call("/jobModel"))
+
+
+class _Heartbeats(threading.Thread):
+    """Samza's heartbeat loop, plus lease renewal: runs until told to stop or the container dies."""
+
+    def __init__(
+        self,
+        client: CoordinatorClient,
+        settings: ContainerSettings,
+        lease: ContainerLease,
+        on_dead: threading.Event,
+    ) -> None:
+        super().__init__(name="spark-elastic-heartbeat", daemon=True)
+        self._client = client
+        self._settings = settings
+        self._lease = lease
+        self._dead = on_dead
+        self.stopping = threading.Event()
+        self.model_version = 0
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopping.is_set():
+            sent = time.monotonic()
+            try:
+                reply = self._client.heartbeat(self._settings.container_id)
+            except (OSError, ValueError, ProtocolError) as exc:
+                failures += 1
+                if failures > self._settings.heartbeat_retries:
+                    _log(f"coordinator unreachable after {failures} heartbeats ({exc}); stopping")
+                    self._dead.set()
+                    return
+                # Backoff, capped at the interval: the lease keeps running meanwhile.
+                self.stopping.wait(min(self._settings.heartbeat_s, 0.1 * 2**failures))
+                continue
+            failures = 0
+            if not reply.alive:
+                _log("the coordinator says this container is no longer valid; stopping")
+                self._lease.revoke()
+                self._dead.set()
+                return
+            self._lease.renew(sent, reply.lease_ms)
+            self.model_version = max(self.model_version, reply.job_model_version)
+            self.stopping.wait(self._settings.heartbeat_s)
+
+
+def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSession:
+    """The container's own SparkSession (its own Spark application), local or on a cluster."""
+    from spark_elastic.dataplane.session import _DEFAULT_CONF, find_java
+
+    find_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(settings.master).appName(app_name)
+    for key, value in {**_DEFAULT_CONF, **dict(job.spark_conf)}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def needed_partitions(plan: JobPlan, tasks: tuple[str, ...]) -> dict[str, list[int]]:
+    """``{topic: partitions}`` the given tasks read: all a container's query subscribes to.
+
+    Parameters
+    ----------
+    plan
+        The job's plan.
+    tasks
+        Task names of the plan.
+
+    Returns
+    -------
+    dict[str, list[int]]
+        Sorted partitions per topic.
+    """
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    unknown = [t for t in tasks if t not in ids]
+    if unknown:
+        raise ProtocolError(f"job model: task {unknown[0]!r} is not in the job's plan")
+    needed: dict[str, set[int]] = {}
+    for name in tasks:
+        for ssp in plan.task(ids[name]).partitions:
+            needed.setdefault(ssp.stream, set()).add(ssp.partition)
+    return {topic: sorted(parts) for topic, parts in sorted(needed.items())}
+
+
+def _start_query(
+    spark: SparkSession,
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    lease: ContainerLease,
+) -> StreamingQuery:
+    """Build and start the container's query. Runs on the driver, once per container."""
+    from pyspark.sql import functions as F
+
+    from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
+
+    register_log_source(spark)
+    reader = (
+        spark.readStream.format(LOG_SOURCE_FORMAT)
+        .option("path", job.input.path)
+        .option("assign", json.dumps(needed_partitions(plan, mine.tasks)))
+        .option("startingOffsets", "earliest")
+    )
+    if job.input.max_records_per_batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", job.input.max_records_per_batch)
+    records = reader.load().observe(READ_METRIC, F.count(F.lit(1)).alias("read"))
+    # Spark pins the state partition count in the checkpoint at the first start; one per task.
+    spark.conf.set("spark.sql.shuffle.partitions", str(plan.task_count))
+    if job.processor is not None:
+        from spark_elastic.state.processor import with_task_state
+
+        output = records.transform(
+            with_task_state(
+                job.processor,
+                job=job.name,
+                checkpoint_location=mine.checkpoint,
+                plan=plan,
+                tasks=mine.tasks,
+                hash=job.hash,  # type: ignore[arg-type]
+            )
+        )
+    else:
+        from spark_elastic.dataplane.transforms import VirtualTaskRouting, with_virtual_tasks
+
+        assert job.transform is not None  # noqa: S101 - Job guarantees exactly one of the two
+        routed = records.transform(
+            with_virtual_tasks(plan=plan, hash=job.hash, route=False)  # type: ignore[arg-type]
+        ).filter(F.col("virtual_task").isin(list(mine.tasks)))
+        routed = routed.observe(OWN_METRIC, F.count(F.lit(1)).alias("own")).repartition(
+            VirtualTaskRouting.of(plan).task_count, "routing_key"
+        )
+        output = job.transform(routed)
+
+    sink, container_id, generation = job.sink, mine.container_id, mine.generation
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
+        # commits it: a refused write fails the batch, so it never commits.
+        lease.check_write(f"batch {batch_id}")
+        sink.write(batch, batch_id, container_id, generation)
+
+    return (
+        output.writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", mine.checkpoint)
+        .queryName(f"{job.name}-{container_id}")
+        .trigger(processingTime=job.trigger_interval)
+        .start()
+    )
+
+
+def _progress_json(progress: Any) -> dict[str, Any]:
+    if progress is None:
+        return {}
+    text = getattr(progress, "json", None)
+    if isinstance(text, str):
+        loaded: dict[str, Any] = json.loads(text)
+        return loaded
+    return dict(progress)
+
+
+def _offsets_of(progress: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+    offsets: dict[str, dict[int, int]] = {}
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end)
+        for topic, partitions in (end or {}).items():
+            for partition, offset in partitions.items():
+                offsets.setdefault(topic, {})[int(partition)] = int(offset)
+    return offsets
+
+
+def _metric(progress: Mapping[str, Any], name: str, field: str) -> int:
+    value = progress.get("observedMetrics", {}).get(name, {})
+    return int(value.get(field, 0)) if isinstance(value, Mapping) else 0
+
+
+def build_report(
+    job: Job, plan: JobPlan, mine: ContainerModel, progress: Mapping[str, Any]
+) -> ProgressReport:
+    """The progress report for one committed batch (driver, once per batch).
+
+    Parameters
+    ----------
+    job, plan, mine
+        The job, its plan and this container's share of the model.
+    progress
+        The query's last progress, as JSON.
+
+    Returns
+    -------
+    ProgressReport
+        Committed offsets and lag per task, and records read against processed.
+    """
+    from spark_elastic.log.embedded import EmbeddedLog
+
+    offsets = _offsets_of(progress)
+    log = EmbeddedLog(job.input.path, create=False)
+    ends = {topic: log.end_offsets(topic) for topic in offsets}
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    tasks = []
+    for name in mine.tasks:
+        own: dict[str, dict[int, int]] = {}
+        lag = 0
+        for ssp in plan.task(ids[name]).partitions:
+            committed = offsets.get(ssp.stream, {}).get(ssp.partition, 0)
+            own.setdefault(ssp.stream, {})[ssp.partition] = committed
+            end = ends.get(ssp.stream, {})
+            lag += max(int(end[ssp.partition]) - committed, 0) if ssp.partition in end else 0
+        tasks.append(TaskProgress(name, own, lag))
+    read = _metric(progress, READ_METRIC, "read")
+    if job.processor is not None:
+        processed = _metric(progress, "spark_elastic", "records_processed") + _metric(
+            progress, "spark_elastic", "records_skipped"
+        )
+    else:
+        processed = _metric(progress, OWN_METRIC, "own")
+    return ProgressReport(
+        mine.container_id,
+        mine.generation,
+        int(progress.get("batchId", 0)),
+        read,
+        processed,
+        tuple(tasks),
+    )
+
+
+def _prepare_checkpoint(mine: ContainerModel) -> None:
+    """Fork this generation from the previous owner's committed prefix, once."""
+    target = Path(mine.checkpoint)
+    if target.exists() or not mine.sources:
+        return
+    if len(mine.sources) > 1:
+        raise SparkElasticError(
+            f"container {mine.container_id}: a generation made from {len(mine.sources)} "
+            "checkpoints needs a rescale, which containers do not run yet"
+        )
+    result = fork_committed(mine.sources[0], target)
+    _log(
+        f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
+        f"({result.files} files, {result.bytes} bytes)"
+    )
+
+
+def run_container(settings: ContainerSettings) -> int:
+    """Run a container until it is stopped, fenced, or its query fails.
+
+    Runs in the container's own process, on its driver; returns the exit code
+    (0: stopped by SIGTERM or removed from the job model; 1: fenced, gave up
+    on the coordinator, or the query failed).
+
+    Parameters
+    ----------
+    settings
+        Where the coordinator is, which job, and the heartbeat settings.
+
+    Returns
+    -------
+    int
+        The process exit code.
+    """
+    job, module = load_job_and_module(settings.job)
+    client = CoordinatorClient(settings.coordinator_url, settings.token)
+    # On this side only the write budget and the drift allowance matter; the lease's length
+    # comes with every reply, and the margin is the coordinator's.
+    terms = LeaseTerms(
+        lease_s=max(settings.write_budget_s * 2, 1.0),
+        margin_s=settings.write_budget_s,
+        write_budget_s=settings.write_budget_s,
+    )
+    lease = ContainerLease(terms)
+    sent = time.monotonic()
+    reply = client.register(Registration(settings.container_id, os.getpid()))
+    if not reply.alive:
+        _log(f"the coordinator did not issue container id {settings.container_id!r}")
+        return EXIT_FENCED
+    lease.renew(sent, reply.lease_ms)
+    model = client.job_model()
+    mine = model.container(settings.container_id)
+    if mine is None:
+        _log(f"job model {model.version} has no container {settings.container_id!r}")
+        return EXIT_FENCED
+
+    dead = threading.Event()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    beats = _Heartbeats(client, settings, lease, dead)
+    beats.start()
+
+    _prepare_checkpoint(mine)
+    plan = job.plan(model.partitions)
+    spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
+    from pyspark import cloudpickle
+
+    # The job's functions and classes travel to Spark's Python workers by value, so the
+    # workers need not import the job file (it may not be on their path, e.g. on a cluster).
+    cloudpickle.register_pickle_by_value(module)
+    query = _start_query(spark, job, plan, mine, lease)
+    _log(f"running tasks {', '.join(mine.tasks)} in generation {mine.generation}")
+    code = _supervise(query, job, plan, mine, client, stop, dead)
+    beats.stopping.set()
+    _stop_within(query, settings.shutdown_s)
+    return code
+
+
+def _supervise(
+    query: StreamingQuery,
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    client: CoordinatorClient,
+    stop: threading.Event,
+    dead: threading.Event,
+) -> int:
+    """Report committed batches until asked to stop, fenced, or the query ends."""
+    reported = -1
+    while True:
+        if stop.is_set():
+            return EXIT_OK
+        if dead.is_set():
+            return EXIT_FENCED
+        if not query.isActive:
+            error = query.exception()
+            fenced = error is not None and "FencedError" in str(error)
+            _log("fenced: stopped before writing" if fenced else f"query ended: {error}")
+            return EXIT_FENCED
+        progress = _progress_json(query.lastProgress)
+        batch = progress.get("batchId")
+        if isinstance(batch, int) and batch > reported and progress.get("numInputRows", 0) >= 0:
+            reported = batch
+            try:
+                reply = client.progress(build_report(job, plan, mine, progress))
+            except (OSError, ValueError, ProtocolError) as exc:
+                _log(f"progress report failed ({exc}); the next batch reports again")
+            else:
+                if not reply.alive:
+                    dead.set()
+        stop.wait(0.2)
+
+
+def _stop_within(query: StreamingQuery, limit_s: float) -> None:
+    """Stop the query gracefully; if that hangs past ``limit_s``, exit 1 at once (Samza)."""
+
+    def force() -> None:
+        _log(f"graceful stop took over {limit_s:.0f} s; forcing exit(1)")
+        os._exit(EXIT_FENCED)
+
+    watchdog = threading.Timer(limit_s, force)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        query.stop()
+    except Exception as exc:  # stopping a failed query may raise its error again
+        _log(f"stop: {type(exc).__name__}: {exc}")
+    finally:
+        watchdog.cancel()

@@ -1,0 +1,173 @@
+"""Checkpoint generations: a new owner starts from a copy of the old owner's committed prefix.
+
+A container never shares a checkpoint directory with another process: each
+task set gets a new *generation* directory whenever its owner changes. When a
+container is replaced, the new one forks the old generation's checkpoint
+**as of its last committed micro-batch** into its own directory, and Spark
+recovers from the fork as from any checkpoint: it replays the batch that was
+in flight, with the keyed state (and the library's bucket checkpoints) of the
+last commit. A zombie that wakes up writes only to its old directory, which no
+one reads any more.
+
+What is copied, for last committed batch ``N``:
+
+- ``metadata`` (the query id) and ``sources/``;
+- ``offsets/0..N`` and ``commits/0..N`` (an uncommitted ``offsets/N+1`` is
+  left behind: the fork plans that batch afresh);
+- ``state/``: per state partition, versions ``<= N + 1`` (state version
+  ``v`` is the state after batch ``v - 1``), every SST file, and the
+  operator metadata and state schemas of batches ``<= N``;
+- ``_spark_elastic/job.json`` and a rescale ``seed/``; never the owner lock.
+
+Files are hard-linked when the file system allows it (Spark and RocksDB
+never modify a checkpoint file in place: they write a temporary file and
+rename it), else copied. Local file systems only. Runs on the container's
+driver before its query starts; no Spark needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_elastic.errors import CheckpointError
+from spark_elastic.state.checkpoint_dir import ELASTIC_DIR, JOB_FILE, SEED_DIR
+
+__all__ = ["ForkResult", "fork_committed"]
+
+# A checkpoint file name's leading number: "12", ".12.crc", "3.zip", "3_<uuid>.zip", "7.changelog".
+_NUMBERED = re.compile(r"^\.?(\d+)(?:[._]|$)")
+
+
+@dataclass(frozen=True)
+class ForkResult:
+    """What :func:`fork_committed` copied.
+
+    Attributes
+    ----------
+    last_committed
+        The source's last committed batch (-1: it never committed one).
+    files
+        Files linked or copied.
+    bytes
+        Their total size.
+    """
+
+    last_committed: int
+    files: int
+    bytes: int
+
+
+def _number(name: str) -> int | None:
+    match = _NUMBERED.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _committed_batches(log_dir: Path) -> list[int]:
+    if not log_dir.is_dir():
+        return []
+    return sorted(n for p in log_dir.iterdir() if (n := _number(p.name)) is not None)
+
+
+def last_committed_batch(checkpoint: str | os.PathLike[str]) -> int:
+    """The last batch id in ``commits/`` (-1 if none).
+
+    Parameters
+    ----------
+    checkpoint
+        A Spark checkpoint directory.
+
+    Returns
+    -------
+    int
+        The id of the last committed micro-batch, or -1.
+    """
+    batches = [
+        n
+        for n in _committed_batches(Path(checkpoint) / "commits")
+        if (Path(checkpoint) / "commits" / str(n)).is_file()
+    ]
+    return batches[-1] if batches else -1
+
+
+def _keep(relative: Path, last: int) -> bool:
+    """Whether a file of the source belongs to the committed prefix."""
+    parts = relative.parts
+    name = parts[-1]
+    top = parts[0]
+    if top in ("offsets", "commits"):
+        number = _number(name)
+        return number is not None and number <= last
+    if top == ELASTIC_DIR:
+        return parts[1:] == (JOB_FILE,) or (len(parts) > 2 and parts[1] == SEED_DIR)
+    if top == "state":
+        if "SSTs" in parts:
+            return True
+        number = _number(name)
+        if number is None:
+            return True
+        # state/<operator>/<partition>/<version>.zip: versions are batch ids + 1.
+        is_version = len(parts) == 4 and parts[2].isdigit()
+        return number <= (last + 1 if is_version else last)
+    return top in ("metadata", ".metadata.crc", "sources")
+
+
+def fork_committed(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> ForkResult:
+    """Make ``target`` a checkpoint that resumes where ``source`` last committed.
+
+    Parameters
+    ----------
+    source
+        The old generation's checkpoint (its owner is dead or fenced).
+    target
+        The new generation's checkpoint; must not exist yet.
+
+    Returns
+    -------
+    ForkResult
+        The last committed batch and what was copied.
+
+    Raises
+    ------
+    CheckpointError
+        ``source`` is not a checkpoint directory or ``target`` exists. On any
+        failure nothing is left at ``target``.
+    """
+    src, dst = Path(source), Path(target)
+    if not (src / "metadata").is_file() and not (src / ELASTIC_DIR / JOB_FILE).is_file():
+        raise CheckpointError(f"fork: {str(src)!r} is not a checkpoint directory")
+    if dst.exists():
+        raise CheckpointError(
+            f"fork: target {str(dst)!r} exists already; forks go to new generations"
+        )
+    last = last_committed_batch(src)
+    staging = dst.with_name(f".{dst.name}.forking")
+    shutil.rmtree(staging, ignore_errors=True)
+    files = size = 0
+    try:
+        for path in sorted(src.rglob("*")):
+            if not path.is_file():
+                continue
+            relative = path.relative_to(src)
+            if not _keep(relative, last):
+                continue
+            out = staging / relative
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, out)
+            except OSError:
+                shutil.copy2(path, out)
+            files += 1
+            size += out.stat().st_size
+        staging.mkdir(parents=True, exist_ok=True)
+        # The rename publishes the fork whole: a crash mid-copy leaves only the staging dir.
+        os.replace(staging, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise
+    return ForkResult(last, files, size)

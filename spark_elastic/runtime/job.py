@@ -1,0 +1,377 @@
+"""A job defined in Python: inputs, grouping, the user's logic, a sink, a checkpoint root.
+
+A job file builds a :class:`Job` and binds it to a name; the coordinator and
+every container load it by ``module:attribute`` or ``path/to/file.py:attribute``
+(the way uvicorn and celery name an app), so a container process imports the
+same definition the coordinator planned from.
+
+Loading runs no Spark: a job is plain data plus the user's callables. It is
+imported in the coordinator (which never starts a JVM) and in each container's
+driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, JobDefinitionError
+from spark_elastic.model.groupers import plan_job
+from spark_elastic.model.names import validate_elasticity_factor
+from spark_elastic.model.plan import Grouper, JobPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_elastic.state.processor import TaskProcessor
+
+__all__ = ["Job", "LogInput", "ParquetSink", "Sink", "load_job", "load_job_and_module"]
+
+
+@dataclass(frozen=True)
+class LogInput:
+    """Topics of an :class:`~spark_elastic.log.embedded.EmbeddedLog`, read with its Spark source.
+
+    Attributes
+    ----------
+    path
+        The log directory; every container must see it at this path.
+    topics
+        The topics the job reads.
+    max_records_per_batch
+        ``maxOffsetsPerTrigger`` of each container's query (None: no limit).
+    """
+
+    path: str
+    topics: tuple[str, ...]
+    max_records_per_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str | os.PathLike):
+            raise ArgumentTypeError.wrong_type("LogInput.path", "a directory path", self.path)
+        object.__setattr__(self, "path", os.fspath(self.path))
+        topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ArgumentError.invalid("LogInput.topics", "one or more topic names", self.topics)
+        object.__setattr__(self, "topics", topics)
+        limit = self.max_records_per_batch
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ArgumentError.invalid(
+                "LogInput.max_records_per_batch", "a positive record count or None", limit
+            )
+
+    def partition_counts(self) -> dict[str, int]:
+        """The topics' current partition counts, read from the log.
+
+        Returns
+        -------
+        dict[str, int]
+            ``{topic: partitions}`` in the order of :attr:`topics`.
+        """
+        from spark_elastic.log.embedded import EmbeddedLog
+
+        return EmbeddedLog(self.path, create=False).partition_counts(list(self.topics))
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where a job's output goes: called once per micro-batch, on the container's driver.
+
+    The container calls :meth:`write` only while it holds a valid lease, from
+    inside ``foreachBatch``, so the sink must not start work of its own that
+    outlives the call. Output is at-least-once: after a failover the batch the
+    old owner was writing may be written again, so write idempotently per
+    ``(container_id, generation, batch_id)`` where you can.
+    """
+
+    def write(self, batch: DataFrame, batch_id: int, container_id: str, generation: int) -> None:
+        """Write one micro-batch's output.
+
+        Parameters
+        ----------
+        batch
+            The batch's output rows (a static DataFrame).
+        batch_id
+            The micro-batch id within this container generation's checkpoint.
+        container_id
+            The writing container.
+        generation
+            Its checkpoint generation.
+        """
+
+
+@dataclass(frozen=True)
+class ParquetSink:
+    """Each micro-batch as Parquet under ``path/container=ID/generation=G/batch=B``.
+
+    A batch retried within a generation overwrites its own directory; a batch
+    replayed by the next generation lands in another, so a reader sees
+    at-least-once output and can tell who wrote what
+    (``spark.read.parquet(path)`` gives ``container``, ``generation`` and
+    ``batch`` columns).
+
+    Attributes
+    ----------
+    path
+        The output directory, visible to every container.
+    """
+
+    path: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str | os.PathLike):
+            raise ArgumentTypeError.wrong_type("ParquetSink.path", "a directory path", self.path)
+        object.__setattr__(self, "path", os.fspath(self.path))
+
+    def write(self, batch: DataFrame, batch_id: int, container_id: str, generation: int) -> None:
+        """Write one micro-batch (container driver, once per batch).
+
+        Parameters
+        ----------
+        batch
+            The batch's output rows.
+        batch_id
+            The micro-batch id.
+        container_id
+            The writing container.
+        generation
+            Its checkpoint generation.
+        """
+        target = f"{self.path}/container={container_id}/generation={generation}/batch={batch_id}"
+        batch.write.mode("overwrite").parquet(target)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A streaming job the coordinator runs as containers.
+
+    Attributes
+    ----------
+    name
+        The job's name: checkpoints and the coordinator's store are keyed by it.
+    input
+        What the job reads.
+    elasticity_factor
+        Virtual tasks per partition (a power of two up to 1024).
+    checkpoint_root
+        Directory under which every container generation keeps its checkpoint
+        (a local path or ``file://`` URI).
+    sink
+        Where output goes (:class:`Sink`).
+    transform
+        Stateless logic: the container's routed rows (Kafka columns plus
+        ``key_bucket``, ``virtual_task``, ``routing_key``, only its own
+        tasks' rows) in, output rows out. Exactly one of ``transform`` and
+        ``processor`` is set.
+    processor
+        Stateful logic: a :class:`~spark_elastic.TaskProcessor`, run with
+        :func:`~spark_elastic.with_task_state` on the container's tasks.
+    grouper
+        ``"partition"`` (default) or ``"ssp"``.
+    hash
+        Key hash of the buckets: ``"spark"`` (default) or ``"java"``.
+    trigger_interval
+        The containers' processing-time trigger, e.g. ``"1 second"``.
+    spark_conf
+        Extra Spark settings for every container's session.
+    """
+
+    name: str
+    input: LogInput
+    elasticity_factor: int
+    checkpoint_root: str
+    sink: Sink
+    transform: Callable[[DataFrame], DataFrame] | None = None
+    processor: TaskProcessor | None = None
+    grouper: str = "partition"
+    hash: str = "spark"
+    trigger_interval: str = "1 second"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.name, str)
+            or not self.name.replace("-", "").replace("_", "").isalnum()
+        ):
+            raise ArgumentError.invalid(
+                "Job.name", "a non-empty name of letters, digits, '-' and '_'", self.name
+            )
+        if not isinstance(self.input, LogInput):
+            raise ArgumentTypeError.wrong_type("Job.input", "a LogInput", self.input)
+        validate_elasticity_factor(self.elasticity_factor)
+        if not isinstance(self.checkpoint_root, str | os.PathLike):
+            raise ArgumentTypeError.wrong_type(
+                "Job.checkpoint_root", "a directory path", self.checkpoint_root
+            )
+        object.__setattr__(self, "checkpoint_root", _local_root(self.checkpoint_root))
+        if not isinstance(self.sink, Sink):
+            raise ArgumentTypeError.wrong_type(
+                "Job.sink", "a Sink (an object with write())", self.sink
+            )
+        if (self.transform is None) == (self.processor is None):
+            raise ArgumentError.invalid(
+                "Job.transform/processor",
+                "exactly one of a stateless transform and a TaskProcessor",
+                "both" if self.transform is not None else "neither",
+            )
+        if self.transform is not None and not callable(self.transform):
+            raise ArgumentTypeError.wrong_type("Job.transform", "a callable", self.transform)
+        kind = Grouper.of(self.grouper)
+        if kind not in (Grouper.PARTITION, Grouper.SSP):
+            raise ArgumentError.invalid(
+                "Job.grouper",
+                "a grouper that maps partitions to tasks",
+                self.grouper,
+                [Grouper.PARTITION.value, Grouper.SSP.value],
+            )
+        if self.hash not in ("spark", "java"):
+            raise ArgumentError.invalid("Job.hash", "a hash mode", self.hash, ["spark", "java"])
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the job keeps keyed state (it has a processor)."""
+        return self.processor is not None
+
+    def plan(self, partitions: Mapping[str, int]) -> JobPlan:
+        """The job's plan for the given partition counts.
+
+        Parameters
+        ----------
+        partitions
+            ``{topic: count}`` for every input topic.
+
+        Returns
+        -------
+        JobPlan
+            The virtual tasks and what each reads.
+        """
+        return plan_job(
+            dict(partitions),
+            grouper=self.grouper,
+            elasticity_factor=self.elasticity_factor,
+        )
+
+
+def _local_root(root: str | os.PathLike[str]) -> str:
+    """The checkpoint root as an absolute local path; other schemes are refused for now."""
+    text = os.fspath(root)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+        if not text.startswith("/"):
+            raise ArgumentError.invalid(
+                "Job.checkpoint_root", "a file:// URI with an absolute path", os.fspath(root)
+            )
+    elif "://" in text:
+        raise ArgumentError.invalid(
+            "Job.checkpoint_root",
+            "a local path or file:// URI (containers fork checkpoints by copying files; other "
+            "file systems are not supported yet)",
+            text,
+        )
+    return str(Path(text).resolve())
+
+
+def load_job(spec: str) -> Job:
+    """Import the :class:`Job` named by ``spec``.
+
+    Parameters
+    ----------
+    spec
+        ``package.module:attribute`` or ``path/to/file.py:attribute``; the
+        attribute defaults to ``job``.
+
+    Returns
+    -------
+    Job
+        The job definition.
+
+    Raises
+    ------
+    JobDefinitionError
+        The file or module does not import, the attribute is missing, or it is
+        not a :class:`Job`; one line, naming which.
+    """
+    return load_job_and_module(spec)[0]
+
+
+def load_job_and_module(spec: str) -> tuple[Job, Any]:
+    """:func:`load_job`, also returning the module the job was defined in.
+
+    A container registers that module with cloudpickle to pickle by value, so
+    Spark's Python workers need not import the job file themselves.
+
+    Parameters
+    ----------
+    spec
+        As for :func:`load_job`.
+
+    Returns
+    -------
+    tuple[Job, module]
+        The job and its module.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise JobDefinitionError(
+            f"job: expected 'module:attribute' or 'file.py:attribute', found {spec!r}"
+        )
+    target, _, attribute = spec.rpartition(":") if _has_attribute(spec) else (spec, ":", "job")
+    attribute = attribute or "job"
+    module = _import_target(target, spec)
+    try:
+        value: Any = getattr(module, attribute)
+    except AttributeError:
+        raise JobDefinitionError(
+            f"job {spec!r}: {target!r} has no attribute {attribute!r}"
+        ) from None
+    if not isinstance(value, Job):
+        raise JobDefinitionError(
+            f"job {spec!r}: expected a spark_elastic Job, found {type(value).__name__}"
+        )
+    return value, module
+
+
+def _has_attribute(spec: str) -> bool:
+    # A Windows-style drive letter never occurs here; the last ':' separates the attribute
+    # unless what follows it is a path (contains '/').
+    head, sep, tail = spec.rpartition(":")
+    return bool(sep) and "/" not in tail and bool(head)
+
+
+def _import_target(target: str, spec: str) -> Any:
+    if target.endswith(".py") or os.sep in target:
+        path = Path(target)
+        if not path.is_file():
+            raise JobDefinitionError(f"job {spec!r}: no such file {str(path)!r}")
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+        name = f"spark_elastic_job_{path.stem}_{digest}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise JobDefinitionError(f"job {spec!r}: {str(path)!r} is not a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        # Registered before running it: dataclasses and pickling look classes up by module.
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:  # any error in the user's file is one line
+            sys.modules.pop(name, None)
+            raise JobDefinitionError(
+                f"job {spec!r}: {str(path)!r} failed to import: {type(exc).__name__}: {exc}"
+            ) from None
+        return module
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        raise JobDefinitionError(f"job {spec!r}: no module named {exc.name!r}") from None
+    except Exception as exc:  # any error in the user's module is one line
+        raise JobDefinitionError(
+            f"job {spec!r}: module {target!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from None
