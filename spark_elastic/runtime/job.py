@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, JobDefinitionError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import validate_elasticity_factor
-from spark_elastic.model.plan import Grouper, JobPlan
+from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -254,8 +254,9 @@ class Job:
         JobPlan
             The virtual tasks and what each reads.
         """
+        inputs = [StreamInput("kafka", topic, count) for topic, count in partitions.items()]
         return plan_job(
-            dict(partitions),
+            inputs,
             grouper=self.grouper,
             elasticity_factor=self.elasticity_factor,
         )

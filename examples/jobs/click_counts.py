@@ -1,0 +1,57 @@
+"""A stateful job for ``spark-elastic job run``: a running click count per user.
+
+Reads the ``clicks`` topic of an embedded log, keeps one count per user in
+each virtual task's keyed state, and writes ``(user, count, partition,
+offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
+(default ``/tmp/spark-elastic-clicks``)::
+
+    spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
+    spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
+    spark-elastic job run examples/jobs/click_counts.py:job --containers 2
+
+The coordinator and each container import this file, so it must build the
+job without side effects: no Spark, no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from spark_elastic import TaskProcessor, TaskState
+from spark_elastic.runtime.job import Job, LogInput, ParquetSink
+
+ROOT = os.environ.get("CLICKS_ROOT", "/tmp/spark-elastic-clicks")
+
+
+class ClickCount(TaskProcessor):
+    """One count per user; emits the new count for every click applied.
+
+    Runs on an executor, once per virtual task per micro-batch; pickled to
+    the executors (it holds no state of its own).
+    """
+
+    state_schema = "clicks long"
+    output_schema = "user string, clicks long, partition int, offset long"
+
+    def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
+        """Count each row's user, in offset order."""
+        out = []
+        for key, partition, offset in zip(
+            rows["key"], rows["partition"], rows["offset"], strict=True
+        ):
+            (clicks,) = task.get(key) or (0,)
+            task.put(key, (clicks + 1,))
+            out.append((key.decode(), clicks + 1, int(partition), int(offset)))
+        return pd.DataFrame(out, columns=["user", "clicks", "partition", "offset"])
+
+
+job = Job(
+    name="clicks",
+    input=LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=2000),
+    elasticity_factor=4,
+    checkpoint_root=f"{ROOT}/checkpoints",
+    sink=ParquetSink(f"{ROOT}/out"),
+    processor=ClickCount(),
+)

@@ -1,0 +1,106 @@
+"""A job is defined in Python and loaded by name; a bad definition is one clear line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, JobDefinitionError
+from spark_elastic.runtime.job import Job, LogInput, ParquetSink, load_job
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "jobs" / "click_counts.py"
+
+
+def identity(df: object) -> object:
+    return df
+
+
+def make_job(**changes: object) -> Job:
+    fields: dict[str, object] = {
+        "name": "clicks",
+        "input": LogInput("/data/log", ("clicks",)),
+        "elasticity_factor": 4,
+        "checkpoint_root": "/data/cp",
+        "sink": ParquetSink("/data/out"),
+        "transform": identity,
+    }
+    return Job(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def test_the_example_job_loads_by_file_and_attribute() -> None:
+    job = load_job(f"{EXAMPLE}:job")
+    assert job.name == "clicks"
+    assert job.stateful
+    assert job.plan({"clicks": 4}).task_count == 16
+
+
+def test_the_attribute_defaults_to_job() -> None:
+    assert load_job(str(EXAMPLE)).name == "clicks"
+
+
+def test_a_job_loads_by_module_and_attribute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_jobs.py").write_text(
+        "from spark_elastic.runtime.job import Job, LogInput, ParquetSink\n"
+        "counts = Job(name='c', input=LogInput('/l', ('t',)), elasticity_factor=2,\n"
+        "             checkpoint_root='/cp', sink=ParquetSink('/o'), transform=lambda df: df)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert load_job("my_jobs:counts").name == "c"
+    finally:
+        sys.modules.pop("my_jobs", None)
+
+
+@pytest.mark.parametrize(
+    ("source", "attribute", "message"),
+    [
+        ("raise RuntimeError('boom')\n", "job", "failed to import: RuntimeError: boom"),
+        ("x = 1\n", "job", "has no attribute 'job'"),
+        ("job = 42\n", "job", "expected a spark_elastic Job, found int"),
+        ("import no_such_module_here\n", "job", "No module named 'no_such_module_here'"),
+    ],
+)
+def test_a_job_that_cannot_be_loaded_is_one_line(
+    tmp_path: Path, source: str, attribute: str, message: str
+) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    with pytest.raises(JobDefinitionError, match=message) as info:
+        load_job(f"{path}:{attribute}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_missing_file_or_module_is_named() -> None:
+    with pytest.raises(JobDefinitionError, match="no such file"):
+        load_job("/nowhere/jobs.py:job")
+    with pytest.raises(JobDefinitionError, match="no module named 'nowhere_jobs'"):
+        load_job("nowhere_jobs:job")
+
+
+def test_a_job_needs_exactly_one_kind_of_logic() -> None:
+    with pytest.raises(
+        ArgumentError, match="exactly one of a stateless transform and a TaskProcessor"
+    ):
+        make_job(transform=None)
+
+
+@pytest.mark.parametrize("factor", [3, 0, 2048])
+def test_the_factor_is_a_power_of_two_up_to_1024(factor: int) -> None:
+    with pytest.raises(ArgumentError):
+        make_job(elasticity_factor=factor)
+
+
+def test_checkpoint_roots_are_local_paths_or_file_uris() -> None:
+    assert make_job(checkpoint_root="file:///data/cp").checkpoint_root == "/data/cp"
+    with pytest.raises(ArgumentError, match="a local path or file:// URI"):
+        make_job(checkpoint_root="s3a://bucket/cp")
+
+
+def test_a_sink_must_have_write() -> None:
+    with pytest.raises(ArgumentTypeError, match=r"Job\.sink: expected a Sink"):
+        make_job(sink="/data/out")
