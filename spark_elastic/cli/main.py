@@ -27,6 +27,7 @@ _SUBCOMMANDS = (
     "spark_elastic.cli.assign",
     "spark_elastic.cli.log",
     "spark_elastic.cli.checkpoint",
+    "spark_elastic.cli.container",
 )
 
 
