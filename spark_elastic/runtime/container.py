@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError, ProtocolError, SparkElasticError
 from spark_elastic.runtime.generations import fork_committed
-from spark_elastic.runtime.job import Job, load_job_and_module
+from spark_elastic.runtime.job import BatchContext, Job, load_job_and_module
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -393,8 +393,11 @@ def _start_query(
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
         # commits it: a refused write fails the batch, so it never commits.
-        lease.check_write(f"batch {batch_id}")
-        sink.write(batch, batch_id, container_id, generation)
+        what = f"batch {batch_id}"
+        lease.check_write(what)
+        sink.write(
+            batch, BatchContext(batch_id, container_id, generation, lambda: lease.check_write(what))
+        )
 
     return (
         output.writeStream.foreachBatch(write_batch)

@@ -16,7 +16,9 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +34,15 @@ if TYPE_CHECKING:
 
     from spark_elastic.state.processor import TaskProcessor
 
-__all__ = ["Job", "LogInput", "ParquetSink", "Sink", "load_job", "load_job_and_module"]
+__all__ = [
+    "BatchContext",
+    "Job",
+    "LogInput",
+    "ParquetSink",
+    "Sink",
+    "load_job",
+    "load_job_and_module",
+]
 
 
 @dataclass(frozen=True)
@@ -82,30 +92,51 @@ class LogInput:
         return EmbeddedLog(self.path, create=False).partition_counts(list(self.topics))
 
 
+@dataclass(frozen=True)
+class BatchContext:
+    """What a sink knows of the micro-batch it writes.
+
+    Attributes
+    ----------
+    batch_id
+        The micro-batch id within this container generation's checkpoint.
+    container_id
+        The writing container.
+    generation
+        Its checkpoint generation.
+    fence
+        Call it right before making output visible (a rename, a transaction
+        commit): it raises :class:`~spark_elastic.errors.FencedError` unless
+        the container's lease still allows a write, so a container paused
+        mid-write never publishes after its lease expired.
+    """
+
+    batch_id: int
+    container_id: str
+    generation: int
+    fence: Callable[[], None]
+
+
 @runtime_checkable
 class Sink(Protocol):
     """Where a job's output goes: called once per micro-batch, on the container's driver.
 
-    The container calls :meth:`write` only while it holds a valid lease, from
-    inside ``foreachBatch``, so the sink must not start work of its own that
-    outlives the call. Output is at-least-once: after a failover the batch the
-    old owner was writing may be written again, so write idempotently per
-    ``(container_id, generation, batch_id)`` where you can.
+    The container checks its lease before it calls :meth:`write`, from inside
+    ``foreachBatch``; a sink that can publish atomically should also call
+    ``context.fence()`` right before it does (see :class:`ParquetSink`).
+    Output is at-least-once: after a failover the batch the old owner was
+    writing may be written again by the new generation.
     """
 
-    def write(self, batch: DataFrame, batch_id: int, container_id: str, generation: int) -> None:
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
         """Write one micro-batch's output.
 
         Parameters
         ----------
         batch
             The batch's output rows (a static DataFrame).
-        batch_id
-            The micro-batch id within this container generation's checkpoint.
-        container_id
-            The writing container.
-        generation
-            Its checkpoint generation.
+        context
+            Batch id, writer, and the fence to call before publishing.
         """
 
 
@@ -113,16 +144,20 @@ class Sink(Protocol):
 class ParquetSink:
     """Each micro-batch as Parquet under ``path/container=ID/generation=G/batch=B``.
 
-    A batch retried within a generation overwrites its own directory; a batch
+    Two phases: Spark writes the batch to a staging directory under
+    ``path/_staging``, then, after ``context.fence()`` passes, one rename
+    publishes it. A container paused mid-write (``SIGSTOP``, a long GC) past
+    its lease finds the fence closed when it resumes and publishes nothing.
+    A batch retried within a generation replaces its own directory; a batch
     replayed by the next generation lands in another, so a reader sees
     at-least-once output and can tell who wrote what
     (``spark.read.parquet(path)`` gives ``container``, ``generation`` and
-    ``batch`` columns).
+    ``batch`` columns; ``_staging`` is hidden from it).
 
     Attributes
     ----------
     path
-        The output directory, visible to every container.
+        The output directory, on a local file system every container sees.
     """
 
     path: str
@@ -132,22 +167,26 @@ class ParquetSink:
             raise ArgumentTypeError.wrong_type("ParquetSink.path", "a directory path", self.path)
         object.__setattr__(self, "path", os.fspath(self.path))
 
-    def write(self, batch: DataFrame, batch_id: int, container_id: str, generation: int) -> None:
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
         """Write one micro-batch (container driver, once per batch).
 
         Parameters
         ----------
         batch
             The batch's output rows.
-        batch_id
-            The micro-batch id.
-        container_id
-            The writing container.
-        generation
-            Its checkpoint generation.
+        context
+            Batch id, writer, and the fence checked before the publishing rename.
         """
-        target = f"{self.path}/container={container_id}/generation={generation}/batch={batch_id}"
-        batch.write.mode("overwrite").parquet(target)
+        name = f"container={context.container_id}/generation={context.generation}"
+        target = Path(self.path) / name / f"batch={context.batch_id}"
+        staging = Path(self.path) / "_staging" / f"{context.container_id}-{uuid.uuid4().hex}"
+        batch.write.parquet(str(staging))
+        context.fence()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            # A retry of this generation's batch: the old copy goes first (same rows or fewer).
+            shutil.rmtree(target)
+        os.rename(staging, target)
 
 
 @dataclass(frozen=True)
