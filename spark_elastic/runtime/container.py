@@ -279,7 +279,9 @@ class _Heartbeats(threading.Thread):
                 reply = self._client.heartbeat(self._settings.container_id)
             except (OSError, ValueError, ProtocolError) as exc:
                 failures += 1
-                if failures > self._settings.heartbeat_retries:
+                # Samza gives up after its retries; we also wait out the lease, so a coordinator
+                # restart shorter than the lease stops nothing.
+                if failures > self._settings.heartbeat_retries and self._lease.remaining() < 0:
                     _log(f"coordinator unreachable after {failures} heartbeats ({exc}); stopping")
                     self._dead.set()
                     return
@@ -345,6 +347,7 @@ def _start_query(
     plan: JobPlan,
     mine: ContainerModel,
     lease: ContainerLease,
+    settings: ContainerSettings,
 ) -> StreamingQuery:
     """Build and start the container's query. Runs on the driver, once per container."""
     from pyspark.sql import functions as F
@@ -389,15 +392,19 @@ def _start_query(
         output = job.transform(routed)
 
     sink, container_id, generation = job.sink, mine.container_id, mine.generation
+    wait_s = settings.shutdown_s
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
         # commits it: a refused write fails the batch, so it never commits.
+        # A lapsed lease (coordinator unreachable) pauses the write until it is renewed.
         what = f"batch {batch_id}"
-        lease.check_write(what)
-        sink.write(
-            batch, BatchContext(batch_id, container_id, generation, lambda: lease.check_write(what))
-        )
+        lease.await_write(what, wait_s)
+
+        def fence() -> None:
+            lease.await_write(what, wait_s)
+
+        sink.write(batch, BatchContext(batch_id, container_id, generation, fence))
 
     return (
         output.writeStream.foreachBatch(write_batch)
@@ -556,7 +563,7 @@ def run_container(settings: ContainerSettings) -> int:
     # The job's functions and classes travel to Spark's Python workers by value, so the
     # workers need not import the job file (it may not be on their path, e.g. on a cluster).
     cloudpickle.register_pickle_by_value(module)
-    query = _start_query(spark, job, plan, mine, lease)
+    query = _start_query(spark, job, plan, mine, lease, settings)
     _log(f"running tasks {', '.join(mine.tasks)} in generation {mine.generation}")
     code = _supervise(query, job, plan, mine, client, stop, dead)
     beats.stopping.set()

@@ -133,7 +133,7 @@ class ContainerLease:
     def __init__(self, terms: LeaseTerms, clock: Clock = time.monotonic) -> None:
         self._terms = terms
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._valid_until = float("-inf")
         self._revoked = False
 
@@ -151,12 +151,14 @@ class ContainerLease:
         with self._lock:
             if not self._revoked:
                 self._valid_until = max(self._valid_until, until)
+            self._lock.notify_all()
 
     def revoke(self) -> None:
         """End the lease now and for good (the coordinator said ``alive: false``)."""
         with self._lock:
             self._revoked = True
             self._valid_until = float("-inf")
+            self._lock.notify_all()
 
     @property
     def revoked(self) -> bool:
@@ -173,6 +175,30 @@ class ContainerLease:
         """
         with self._lock:
             return self._valid_until - self._clock()
+
+    def await_write(self, what: str, timeout_s: float) -> None:
+        """Wait until a write may start, up to ``timeout_s``; then as :meth:`check_write`.
+
+        A container that lost touch with its coordinator for a moment (a
+        coordinator restart) pauses its writes instead of failing: if the
+        coordinator comes back and renews the lease, the write goes ahead;
+        it renews only a container it has not replaced, so that is safe.
+
+        Parameters
+        ----------
+        what
+            What is about to be written, for the message.
+        timeout_s
+            The longest wait, in this clock's seconds.
+        """
+        deadline = self._clock() + timeout_s
+        with self._lock:
+            while not self._revoked:
+                now = self._clock()
+                if self._valid_until - now >= self._terms.write_budget_s or now >= deadline:
+                    break
+                self._lock.wait(min(deadline - now, 0.1))
+        self.check_write(what)
 
     def check_write(self, what: str = "write") -> None:
         """Raise :class:`FencedError` unless a write may start now.

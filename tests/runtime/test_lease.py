@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from spark_elastic.errors import ArgumentError, FencedError
@@ -99,3 +102,27 @@ def test_inconsistent_terms_are_refused(kwargs: dict[str, float], name: str) -> 
 def test_reassignment_waits_for_expiry_plus_margin() -> None:
     assert TERMS.coordinator_expiry(50.0) == 60.0
     assert TERMS.reassignable_at(50.0) == 64.0
+
+
+def test_a_write_waits_for_a_renewal_and_goes_ahead_when_it_comes() -> None:
+    lease = ContainerLease(TERMS)
+    renewer = threading.Timer(0.2, lambda: lease.renew(time.monotonic(), 10_000))
+    renewer.start()
+    started = time.monotonic()
+    lease.await_write("batch 3", timeout_s=30)
+    assert time.monotonic() - started < 29  # it went ahead on the renewal, not the deadline
+
+
+def test_a_waiting_write_fails_at_once_when_the_lease_is_revoked() -> None:
+    lease = ContainerLease(TERMS)
+    threading.Timer(0.2, lease.revoke).start()
+    with pytest.raises(FencedError, match="no longer considers"):
+        lease.await_write("batch 3", timeout_s=30)
+
+
+def test_a_waiting_write_fails_at_its_deadline() -> None:
+    clock = FakeClock()
+    lease = ContainerLease(TERMS, clock)
+    clock.now += 1  # the wait's deadline passes on the first check
+    with pytest.raises(FencedError, match="batch 4 refused"):
+        lease.await_write("batch 4", timeout_s=0)

@@ -1,0 +1,325 @@
+"""A job runs as containers under a coordinator, fails over and fences: end to end, real processes.
+
+Every scenario runs ``spark-elastic job run`` (the coordinator, in its own
+process, launching containers that are each their own Spark application) on
+the embedded log, then compares the sink's rows with a single query's over
+the same records. The click-count job emits ``(user, clicks, partition,
+offset)`` for every record it applies, so equal row *sets* mean nothing was
+lost, no record was applied to the keyed state twice (it would show under
+another count) and each user's records were applied in offset order.
+Output is at-least-once, so rows may repeat across generations; sets ignore
+that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, with_task_state
+from spark_elastic.log.source import register_log_source
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
+RECORDS = 6000
+USERS = 97
+# Short leases so failovers happen within seconds; the budget fits a local Parquet write.
+LEASE_MS, MARGIN_MS, BUDGET_MS, HEARTBEAT_MS = 6000, 2500, 2000, 500
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = 180.0) -> Any:
+    """Poll ``condition`` until it returns a truthy value; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        # A zombie (exited, not yet reaped by its parent) is not running.
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    return True
+
+
+@dataclass
+class RunningJob:
+    """A coordinator process running the click-count job, and what it launched."""
+
+    root: Path
+    process: subprocess.Popen[str]
+    url: str = ""
+    pids: set[int] = field(default_factory=set)
+
+    def status(self) -> dict[str, Any]:
+        document: dict[str, Any] = get_json(f"{self.url}/status.json")
+        for container in document.get("containers", []):
+            if container.get("pid"):
+                self.pids.add(int(container["pid"]))
+        return document
+
+    def job_model(self) -> dict[str, Any]:
+        model: dict[str, Any] = get_json(f"{self.url}/jobModel")
+        return model
+
+    def running_containers(self) -> dict[str, int]:
+        """``{container id: pid}`` of containers registered and running."""
+        return {
+            c["containerId"]: int(c["pid"])
+            for c in self.status().get("containers", [])
+            if c.get("state") == "running" and c.get("pid")
+        }
+
+    def output_rows(self) -> set[tuple[str, int, int, int]]:
+        return output_rows(self.root / "out")
+
+    def cleanup(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(60)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def output_rows(out: Path) -> set[tuple[str, int, int, int]]:
+    """Rows of every completed batch directory (those with Spark's _SUCCESS marker)."""
+    rows: set[tuple[str, int, int, int]] = set()
+    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
+        with contextlib.suppress(FileNotFoundError):  # overwritten by a retried batch meanwhile
+            table = pq.read_table(success.parent).to_pydict()
+            rows.update(
+                zip(
+                    table["user"], table["clicks"], table["partition"], table["offset"], strict=True
+                )
+            )
+    return rows
+
+
+def writes_by(out: Path, container_id: str) -> list[float]:
+    """Modification times of the files a container wrote to the sink."""
+    return [p.stat().st_mtime for p in out.glob(f"container={container_id}/**/*") if p.is_file()]
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> Path:
+    """An embedded log with RECORDS clicks of USERS users over 2 partitions."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 2)
+    produce(log, 0, RECORDS)
+    return tmp_path
+
+
+def produce(log: EmbeddedLog, start: int, count: int) -> None:
+    with log.producer("clicks") as producer:
+        for i in range(start, start + count):
+            producer.send(f"user-{(i * 7919) % USERS}".encode(), f"click-{i}".encode())
+
+
+@pytest.fixture
+def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
+    started: list[RunningJob] = []
+
+    def start(containers: int, store: Path | None = None) -> RunningJob:
+        env = {
+            **os.environ,
+            "CLICKS_ROOT": str(clicks),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        command = [
+            sys.executable,
+            *("-m", "spark_elastic", "job", "run", JOB),
+            *("--containers", str(containers), "--port", "0"),
+            *("--store", str(store or clicks / "coordinator.db")),
+            *("--lease-ms", str(LEASE_MS), "--margin-ms", str(MARGIN_MS)),
+            *("--write-budget-ms", str(BUDGET_MS), "--heartbeat-ms", str(HEARTBEAT_MS)),
+        ]
+        log_file = (clicks / f"coordinator-{len(started)}.log").open("w")
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True
+        )
+        job = RunningJob(clicks, process)
+        started.append(job)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "http://127.0.0.1:" in line, f"no status URL printed: {line!r}"
+        job.url = line[line.index("http://") :].strip().rstrip("/")
+        return job
+
+    yield start
+    for job in started:
+        job.cleanup()
+
+
+def reference_rows(spark: SparkSession, root: Path) -> set[tuple[str, int, int, int]]:
+    """The click-count job's rows from one ordinary query over the whole log."""
+    sys.path.insert(0, str(ROOT / "examples" / "jobs"))
+    try:
+        from click_counts import ClickCount
+    finally:
+        sys.path.pop(0)
+    register_log_source(spark)
+    checkpoint = root / "reference-checkpoint"
+    rows: set[tuple[str, int, int, int]] = set()
+    events = (
+        spark.readStream.format(LOG_SOURCE_FORMAT)
+        .option("path", str(root / "log"))
+        .option("subscribe", "clicks")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    counted = events.transform(
+        with_task_state(
+            ClickCount(),
+            job="reference",
+            checkpoint_location=checkpoint,
+            elasticity_factor=4,
+            partitions={"clicks": 2},
+        )
+    )
+    query = (
+        counted.writeStream.foreachBatch(
+            lambda batch, _: rows.update(
+                (r.user, r.clicks, r.partition, r.offset) for r in batch.collect()
+            )
+        )
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return rows
+
+
+def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
+    return lambda: len({(u, o, p) for u, _, p, o in job.output_rows()}) >= total
+
+
+def test_two_containers_run_a_stateful_job_like_one_query(
+    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = start_job(containers=2)
+    model = wait_until("two containers in the job model", lambda: job.job_model()["containers"])
+    assert len(model) == 2
+    tasks = [set(c["tasks"]) for c in model]
+    assert tasks[0].isdisjoint(tasks[1])
+    assert len(tasks[0] | tasks[1]) == 8
+    # Each container reads only its tasks' partitions: one of the two each.
+    assert {t.split("_")[0] for t in tasks[0]} != {t.split("_")[0] for t in tasks[1]}
+    wait_until("every record applied", all_applied(job, RECORDS))
+    assert job.output_rows() == reference_rows(spark, clicks)
+
+
+def test_a_killed_container_is_replaced_and_its_tasks_lose_nothing(
+    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = start_job(containers=2)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+    victim, pid = sorted(running.items())[0]
+    model_tasks = {c["containerId"]: c["tasks"] for c in job.job_model()["containers"]}
+    wait_until("a first batch written", lambda: writes_by(clicks / "out", victim))
+    os.kill(pid, signal.SIGKILL)
+    produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
+    replacement = wait_until(
+        "a new container forked from the killed one's checkpoint",
+        lambda: next(
+            (c for c in job.job_model()["containers"] if any(victim in s for s in c["sources"])),
+            None,
+        ),
+    )
+    assert victim not in {c["containerId"] for c in job.job_model()["containers"]}
+    assert set(replacement["tasks"]) == set(model_tasks[victim])
+    wait_until("every record applied", all_applied(job, RECORDS + 2000), timeout=240)
+    assert job.output_rows() == reference_rows(spark, clicks)
+
+
+def published_batches(out: Path, container_id: str) -> set[str]:
+    return {
+        str(p.parent) for p in out.glob(f"container={container_id}/generation=*/batch=*/_SUCCESS")
+    }
+
+
+def test_a_paused_container_is_fenced_and_publishes_nothing_after_its_lease(
+    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = start_job(containers=2)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+    zombie, pid = sorted(running.items())[0]
+    wait_until("a first batch published", lambda: published_batches(clicks / "out", zombie))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # New records for every task: the zombie would have work the moment it wakes up.
+        produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
+        wait_until(
+            "the paused container's tasks handed to a new generation",
+            lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
+        )
+        before = published_batches(clicks / "out", zombie)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until("the fenced container to exit", lambda: not alive(pid), timeout=60)
+    assert published_batches(clicks / "out", zombie) == before
+    wait_until("every record applied", all_applied(job, RECORDS + 2000), timeout=240)
+    assert job.output_rows() == reference_rows(spark, clicks)
+    events = json.dumps(job.status().get("events", []))
+    assert zombie in events
+
+
+def test_a_restarted_coordinator_finds_its_containers_and_carries_on(
+    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = start_job(containers=2)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+    model = job.job_model()
+    job.process.send_signal(signal.SIGKILL)
+    job.process.wait(30)
+    produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
+    again = start_job(containers=2, store=clicks / "coordinator.db")
+    again.pids.update(running.values())
+    assert again.job_model()["containers"] == model["containers"]
+    wait_until("every record applied", all_applied(again, RECORDS + 2000), timeout=240)
+    # The same processes did the work: nothing was relaunched or failed over.
+    assert again.running_containers() == running
+    assert all(alive(pid) for pid in running.values())
+    assert again.output_rows() == reference_rows(spark, clicks)
