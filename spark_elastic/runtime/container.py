@@ -8,6 +8,7 @@ environment variables (SAMZA-871 names the first):
 ``SPARK_ELASTIC_COORDINATOR_URL``  ``http://127.0.0.1:PORT``; required
 ``SPARK_ELASTIC_JOB``              ``module:attribute`` or ``file.py:attribute``; required
 ``SPARK_ELASTIC_MASTER``           Spark master URL (default ``local[2]``)
+``SPARK_ELASTIC_CONF``             JSON object of extra Spark settings, over the job's
 ``SPARK_ELASTIC_HEARTBEAT_MS``     heartbeat interval (default 1000; first one at once)
 ``SPARK_ELASTIC_HEARTBEAT_RETRIES`` failed heartbeats in a row before giving up (6)
 ``SPARK_ELASTIC_SHUTDOWN_MS``      graceful-stop limit before a forced ``exit(1)`` (30000)
@@ -38,7 +39,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,8 @@ class ContainerSettings:
         Lease that must remain to start a write.
     token
         Bearer token for the coordinator, if it requires one.
+    spark_conf
+        Extra Spark settings for this container's session (over the job's).
     """
 
     container_id: str
@@ -112,6 +115,7 @@ class ContainerSettings:
     shutdown_s: float = 30.0
     write_budget_s: float = 3.0
     token: str | None = None
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ContainerSettings:
@@ -156,7 +160,22 @@ class ContainerSettings:
             shutdown_s=_millis(env, "SPARK_ELASTIC_SHUTDOWN_MS", 30_000) / 1000,
             write_budget_s=_millis(env, "SPARK_ELASTIC_WRITE_BUDGET_MS", 3000) / 1000,
             token=env.get("SPARK_ELASTIC_TOKEN") or None,
+            spark_conf=_conf(env.get("SPARK_ELASTIC_CONF") or "{}"),
         )
+
+
+def _conf(text: str) -> dict[str, str]:
+    try:
+        conf = json.loads(text)
+    except ValueError:
+        conf = None
+    if not isinstance(conf, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in conf.items()
+    ):
+        raise ArgumentError.invalid(
+            "SPARK_ELASTIC_CONF", 'a JSON object of strings, e.g. {"spark.cores.max": "1"}', text
+        )
+    return conf
 
 
 def _millis(env: Mapping[str, str], name: str, default: int) -> float:
@@ -308,7 +327,7 @@ def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSessi
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(settings.master).appName(app_name)
-    for key, value in {**_DEFAULT_CONF, **dict(job.spark_conf)}.items():
+    for key, value in {**_DEFAULT_CONF, **dict(job.spark_conf), **settings.spark_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
