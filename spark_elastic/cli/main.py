@@ -28,6 +28,7 @@ _SUBCOMMANDS = (
     "spark_elastic.cli.log",
     "spark_elastic.cli.checkpoint",
     "spark_elastic.cli.container",
+    "spark_elastic.cli.job",
 )
 
 

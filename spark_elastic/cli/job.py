@@ -1,0 +1,229 @@
+"""``spark-elastic job run`` and ``job status``: a job's coordinator, in the foreground.
+
+``job run JOB --containers N`` loads the job (``file.py:attribute`` or
+``module:attribute``), plans it, opens (or resumes) its store, listens on
+loopback, prints ``status: URL`` on stdout, launches the containers, and runs
+until SIGINT or SIGTERM, which stop the containers, then the coordinator.
+``job status URL`` prints the coordinator's view (``--json`` for all of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from spark_elastic.errors import ArgumentError
+
+__all__ = ["register"]
+
+
+def _positive_ms(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of milliseconds, found {text!r}"
+        )
+    return int(text)
+
+
+def _count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, found {text!r}")
+    return int(text)
+
+
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, found {text!r}")
+    return key, value
+
+
+def register(subparsers: Any) -> None:
+    """Add ``job run`` and ``job status`` to the CLI."""
+    parser = subparsers.add_parser(
+        "job",
+        help="run a job as containers under a coordinator, or query one",
+        description="Run a job as containers under a coordinator, or query a running one.",
+    )
+    commands = parser.add_subparsers(dest="job_command", metavar="COMMAND", required=True)
+    run = commands.add_parser(
+        "run",
+        help="the coordinator in the foreground, launching N local containers",
+        description="Run JOB's coordinator in the foreground; it launches the containers. "
+        "SIGINT or SIGTERM stops everything.",
+    )
+    run.add_argument("job", metavar="JOB", help="file.py:attribute or module:attribute")
+    run.add_argument(
+        "--containers",
+        type=_count,
+        default=1,
+        metavar="N",
+        help="containers of a new job (default: 1); a resumed job keeps its own",
+    )
+    run.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    run.add_argument("--port", type=_port, default=8470, help="port (default: 8470; 0: any free)")
+    run.add_argument("--token", help="shared bearer token (required off loopback)")
+    run.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the coordinator's SQLite store (default: <checkpoint root>/coordinator.db)",
+    )
+    run.add_argument("--master", help="Spark master URL for the containers (default: local[2])")
+    run.add_argument(
+        "--conf",
+        type=_conf,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for every container (repeatable)",
+    )
+    run.add_argument("--lease-ms", type=_positive_ms, default=10_000, help="lease length (10000)")
+    run.add_argument(
+        "--margin-ms",
+        type=_positive_ms,
+        default=5_000,
+        help="wait after a lease expires before its tasks move (5000)",
+    )
+    run.add_argument(
+        "--write-budget-ms",
+        type=_positive_ms,
+        default=3_000,
+        help="lease a container must have left to start a write (3000)",
+    )
+    run.add_argument(
+        "--heartbeat-ms",
+        type=_positive_ms,
+        default=1_000,
+        help="container heartbeat interval (1000)",
+    )
+    run.add_argument(
+        "--startup-ms",
+        type=_positive_ms,
+        default=180_000,
+        help="how long a container may take to register (180000)",
+    )
+    run.set_defaults(run=_run)
+    status = commands.add_parser(
+        "status",
+        help="print a running coordinator's view",
+        description="Print a running coordinator's view of its job.",
+    )
+    status.add_argument(
+        "url", metavar="URL", help="the coordinator's URL, e.g. http://127.0.0.1:8470"
+    )
+    status.add_argument("--json", action="store_true", help="everything, as JSON")
+    status.add_argument("--token", help="bearer token, if the coordinator requires one")
+    status.set_defaults(run=_status)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spark_elastic.runtime.job import load_job
+    from spark_elastic.runtime.lease import LeaseTerms
+    from spark_elastic.runtime.registry import Store
+    from spark_elastic.runtime.server import CoordinatorServer, bind
+    from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor
+
+    job = load_job(args.job)
+    partitions = job.input.partition_counts()
+    plan = job.plan(partitions)
+    terms = LeaseTerms(
+        lease_s=args.lease_ms / 1000,
+        margin_s=args.margin_ms / 1000,
+        write_budget_s=args.write_budget_ms / 1000,
+    )
+    if args.heartbeat_ms * 2 > args.lease_ms:
+        raise ArgumentError.invalid(
+            "--heartbeat-ms", f"at most half the lease ({args.lease_ms // 2} ms)", args.heartbeat_ms
+        )
+    root = Path(job.checkpoint_root)
+    shape = JobShape(
+        job.name, args.job, job.elasticity_factor, partitions, tuple(plan.task_names()), str(root)
+    )
+    container_env = {
+        "SPARK_ELASTIC_HEARTBEAT_MS": str(args.heartbeat_ms),
+        "SPARK_ELASTIC_WRITE_BUDGET_MS": str(args.write_budget_ms),
+        "SPARK_ELASTIC_CONF": json.dumps(dict(args.conf)),
+    }
+    if args.master:
+        container_env["SPARK_ELASTIC_MASTER"] = args.master
+    if args.token:
+        container_env["SPARK_ELASTIC_TOKEN"] = args.token
+    sock = bind(args.host, args.port)
+    store = Store(args.store or root / "coordinator.db")
+
+    def make(url: str) -> Supervisor:
+        return Supervisor(
+            shape,
+            store,
+            LocalLauncher(root / "logs"),
+            url,
+            args.containers,
+            terms,
+            startup_s=args.startup_ms / 1000,
+            container_env=container_env,
+        )
+
+    try:
+        server = CoordinatorServer(make, sock, args.token)
+    except BaseException:
+        sock.close()
+        store.close()
+        raise
+
+    def ready() -> None:
+        print(f"status: {server.url}/", flush=True)
+
+    server.run_forever(ready)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    url = args.url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ArgumentError.invalid("URL", "the coordinator's http:// URL", args.url)
+    request = urllib.request.Request(f"{url}/status.json")
+    if args.token:
+        request.add_header("Authorization", f"Bearer {args.token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise ArgumentError.invalid(
+            "URL", "a spark-elastic coordinator", f"{url} (HTTP {exc.code})"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ArgumentError.invalid(
+            "URL", "a running spark-elastic coordinator", f"{url} ({reason})"
+        ) from None
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"job {status['job']}: job model {status['jobModelVersion']}, "
+        f"factor {status['elasticityFactor']}, partitions {status['partitions']}"
+    )
+    for c in status["containers"]:
+        if c["state"] in ("launching", "running"):
+            print(
+                f"  {c['containerId']:<16} {c['state']:<9} pid {c['pid'] or '-':<7} "
+                f"generation {c['generation']:<4} {len(c['tasks'])} tasks, "
+                f"lease {c['leaseLeftS']} s, last batch {c['lastBatch']}"
+            )
+    lag = sum(t["lag"] for t in status["tasks"] if t["lag"] > 0)
+    print(f"  input lag: {lag} records")
+    sys.stdout.flush()
+    return 0

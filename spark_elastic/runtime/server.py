@@ -1,0 +1,413 @@
+"""The coordinator's HTTP server: the job model, SAMZA-871 heartbeats, a status page, metrics.
+
+aiohttp on one asyncio loop: every request is handled on that loop's thread,
+one at a time against the :class:`~.supervisor.Supervisor`, so the state
+machine needs no locks. Thousands of idle heartbeat connections cost a
+coroutine each, not a thread.
+
+Bounds: request bodies up to 64 KiB (413 beyond), at most 512 requests in
+flight (503 beyond), headers and bodies read under aiohttp's limits, and a
+slow client holds only its own connection. Bound to a loopback address by
+default; bound to any other address, every request needs
+``Authorization: Bearer <token>`` and the server refuses to start without a
+token. Errors are JSON: ``{"error": "one line"}``.
+
+Endpoints: ``GET /jobModel``, ``GET /containerHeartbeat?executionContainerId=ID``,
+``POST /containers/register``, ``POST /containers/progress``, ``GET /``
+(status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import ipaddress
+import json
+import signal
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from spark_elastic.errors import ArgumentError, ProtocolError, SparkElasticError
+from spark_elastic.runtime.protocol import ProgressReport, Registration, validate_container_id
+from spark_elastic.runtime.supervisor import Supervisor
+
+__all__ = ["CoordinatorServer", "bind", "is_loopback"]
+
+MAX_BODY = 64 * 1024
+MAX_IN_FLIGHT = 512
+TICK_S = 0.2
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost``.
+
+    Parameters
+    ----------
+    host
+        A host name or IP address.
+
+    Returns
+    -------
+    bool
+        True for 127.0.0.0/8, ::1 and ``localhost``.
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free port), or one clear error.
+
+    Parameters
+    ----------
+    host
+        The address to bind.
+    port
+        The port, 0 for any free one.
+
+    Returns
+    -------
+    socket.socket
+        The bound, listening socket.
+
+    Raises
+    ------
+    ArgumentError
+        The port is in use or the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = "the port is in use" if exc.errno == 98 else exc.strerror
+        raise ArgumentError.invalid(
+            "--port", "a free port to listen on", f"{host}:{port} ({reason})"
+        ) from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+class _Metrics:
+    """The coordinator's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.heartbeats = Counter(
+            "spark_elastic_heartbeats", "Heartbeats answered, by answer", ["alive"], registry=r
+        )
+        self.expired_heartbeats = Counter(
+            "spark_elastic_expired_heartbeats",
+            "Heartbeats from containers the coordinator no longer considers valid (Samza's metric)",
+            registry=r,
+        )
+        self.failovers = Counter(
+            "spark_elastic_failovers", "Containers replaced after their lease expired", registry=r
+        )
+        self.model_version = Gauge(
+            "spark_elastic_job_model_version", "The current job model version", registry=r
+        )
+        self.containers = Gauge(
+            "spark_elastic_containers", "Containers by state", ["state"], registry=r
+        )
+        self.lag = Gauge(
+            "spark_elastic_task_lag_records",
+            "Unread records of a task's partitions",
+            ["task"],
+            registry=r,
+        )
+        self.amplification = Gauge(
+            "spark_elastic_read_amplification",
+            "Records a container read per record of its own tasks",
+            ["container"],
+            registry=r,
+        )
+
+    def refresh(self, status: dict[str, Any]) -> None:
+        self.model_version.set(status["jobModelVersion"])
+        states: dict[str, int] = {}
+        for c in status["containers"]:
+            states[c["state"]] = states.get(c["state"], 0) + 1
+            if c["readAmplification"] is not None:
+                self.amplification.labels(c["containerId"]).set(c["readAmplification"])
+        for state in ("launching", "running", "expired", "stopped"):
+            self.containers.labels(state).set(states.get(state, 0))
+        for task in status["tasks"]:
+            self.lag.labels(task["task"]).set(task["lag"])
+
+
+class CoordinatorServer:
+    """The coordinator: a :class:`Supervisor` behind an aiohttp server, on its own loop.
+
+    Parameters
+    ----------
+    make_supervisor
+        Builds the supervisor once the URL is known (containers need it).
+    sock
+        A bound socket (:func:`bind`).
+    token
+        The shared token; required when the socket is not on loopback.
+    """
+
+    def __init__(
+        self,
+        make_supervisor: Callable[[str], Supervisor],
+        sock: socket.socket,
+        token: str | None = None,
+    ) -> None:
+        host, port = sock.getsockname()[:2]
+        if not is_loopback(host) and not token:
+            raise ArgumentError.invalid(
+                "--token", f"a shared token when binding {host} (not a loopback address)", None
+            )
+        self.host = host
+        self.port = port
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+        self._sock = sock
+        self._token = token
+        self.supervisor = make_supervisor(self.url)
+        self.metrics = _Metrics()
+        self._in_flight = 0
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+
+    # HTTP
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._guard])
+        app.router.add_get("/", self._page)
+        app.router.add_get("/jobModel", self._job_model)
+        app.router.add_get("/containerHeartbeat", self._heartbeat)
+        app.router.add_post("/containers/register", self._register)
+        app.router.add_post("/containers/progress", self._progress)
+        app.router.add_get("/status.json", self._status)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (
+            self._token is not None
+            and request.headers.get("Authorization") != f"Bearer {self._token}"
+        ):
+            return _error(401, "missing or wrong bearer token")
+        if self._in_flight >= MAX_IN_FLIGHT:
+            return _error(503, "too many requests in flight; retry")
+        self._in_flight += 1
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"request body over {MAX_BODY} bytes")
+        except (ProtocolError, ArgumentError) as exc:
+            return _error(400, str(exc))
+        except web.HTTPException as exc:
+            return _error(exc.status, exc.reason)
+        finally:
+            self._in_flight -= 1
+
+    async def _json_body(self, request: web.Request) -> Any:
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=MAX_BODY, actual_size=request.content_length
+            )
+        text = await request.text()
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ProtocolError(f"{request.path}: the body is not JSON") from None
+
+    async def _heartbeat(self, request: web.Request) -> web.Response:
+        values = request.query.getall("executionContainerId", [])
+        if len(values) != 1:
+            raise ProtocolError(
+                "executionContainerId: expected exactly one container id query parameter"
+            )
+        reply = self.supervisor.heartbeat(validate_container_id(values[0]))
+        self.metrics.heartbeats.labels(str(reply.alive).lower()).inc()
+        if not reply.alive:
+            self.metrics.expired_heartbeats.inc()
+        return web.json_response(reply.to_json())
+
+    async def _register(self, request: web.Request) -> web.Response:
+        registration = Registration.from_json(await self._json_body(request))
+        return web.json_response(self.supervisor.register(registration).to_json())
+
+    async def _progress(self, request: web.Request) -> web.Response:
+        report = ProgressReport.from_json(await self._json_body(request))
+        return web.json_response(self.supervisor.progress(report).to_json())
+
+    async def _job_model(self, request: web.Request) -> web.Response:
+        return web.json_response(self.supervisor.model.to_json())
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.json_response(self.supervisor.status())
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics.refresh(self.supervisor.status())
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    async def _page(self, request: web.Request) -> web.Response:
+        return web.Response(text=render_page(self.supervisor.status()), content_type="text/html")
+
+    # life cycle
+
+    async def _tick_forever(self) -> None:
+        failovers = 0
+        while not self._stopping.is_set():
+            self.supervisor.tick()
+            now = self.supervisor.counters.get("failovers", 0)
+            if now > failovers:
+                self.metrics.failovers.inc(now - failovers)
+                failovers = now
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), TICK_S)
+
+    async def serve(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve until :meth:`request_stop`; then stop the containers and the server."""
+        self._stopping = asyncio.Event()
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, self._sock).start()
+        self._runner = runner
+        self.supervisor.launch_pending()
+        ticker = asyncio.ensure_future(self._tick_forever())
+        if ready is not None:
+            ready()
+        await self._stopping.wait()
+        await ticker
+        # Containers stop with the server still answering (their last reports land).
+        await asyncio.get_running_loop().run_in_executor(None, self.supervisor.stop)
+        await runner.cleanup()
+        self.supervisor.store.close()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`serve` to stop (from the loop's thread or a signal handler)."""
+        self._stopping.set()
+
+    def run_forever(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve on this thread until SIGINT or SIGTERM."""
+        loop = asyncio.new_event_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            loop.run_until_complete(self.serve(ready))
+        finally:
+            loop.close()
+
+    @contextlib.contextmanager
+    def running_in_thread(self) -> Iterator[CoordinatorServer]:
+        """Serve on a background thread for the body (tests and benchmarks)."""
+        loop = asyncio.new_event_loop()
+        started = threading.Event()
+        thread = threading.Thread(
+            target=lambda: loop.run_until_complete(self.serve(started.set)), daemon=True
+        )
+        thread.start()
+        if not started.wait(30):
+            raise SparkElasticError("the coordinator did not start within 30 s")
+        try:
+            yield self
+        finally:
+            loop.call_soon_threadsafe(self.request_stop)
+            thread.join(120)
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+def render_page(status: dict[str, Any]) -> str:
+    """The status page: containers, tasks, lease state, lag, read amplification, events.
+
+    Parameters
+    ----------
+    status
+        :meth:`Supervisor.status`.
+
+    Returns
+    -------
+    str
+        A self-contained HTML page (no scripts or external assets); it
+        refreshes itself every 2 s.
+    """
+    e = html.escape
+    rows = []
+    for c in status["containers"]:
+        lease = c["leaseLeftS"]
+        lease_state = "-" if lease is None else ("valid" if lease > 0 else "expired")
+        amplification = c["readAmplification"]
+        rows.append(
+            f"<tr class='{e(c['state'])}'><td>{e(c['containerId'])}</td><td>{e(c['state'])}</td>"
+            f"<td>{c['pid'] or '-'}</td><td>{c['generation']}</td>"
+            f"<td>{e(', '.join(c['tasks']))}</td><td>{_age(c['heartbeatAgeS'])}</td>"
+            f"<td>{lease_state} ({_age(lease)})</td><td>{_or_dash(c['lastBatch'])}</td>"
+            f"<td>{'-' if amplification is None else f'{amplification:.2f}'}</td></tr>"
+        )
+    tasks = "".join(
+        f"<tr><td>{e(t['task'])}</td><td>{e(t['container'] or '-')}</td>"
+        f"<td>{e(json.dumps(t['offsets']))}</td><td>{t['lag'] if t['lag'] >= 0 else '-'}</td></tr>"
+        for t in status["tasks"]
+    )
+    events = "".join(
+        f"<tr><td>{time.strftime('%H:%M:%S', time.localtime(ev['at']))}</td>"
+        f"<td>{e(ev['kind'])}</td><td>{e(ev['container'])}</td><td>{e(ev['detail'])}</td></tr>"
+        for ev in status["events"]
+    )
+    lease = status["lease"]
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<title>spark-elastic: {e(status["job"])}</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }}
+th {{ background: #f0f0f0; }} tr.expired td {{ color: #999; }}
+tr.running td:nth-child(2) {{ color: #070; }}
+h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
+</style></head><body>
+<h1>Job {e(status["job"])}: job model {status["jobModelVersion"]},
+elasticity factor {status["elasticityFactor"]}</h1>
+<p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
+margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
+<h2>Containers</h2>
+<table><tr><th>container</th><th>state</th><th>pid</th><th>generation</th><th>virtual tasks</th>
+<th>heartbeat age</th><th>lease</th><th>last batch</th><th>read amplification</th></tr>
+{"".join(rows)}</table>
+<h2>Tasks</h2>
+<table><tr><th>task</th><th>container</th><th>committed offsets</th><th>input lag</th></tr>
+{tasks}</table>
+<h2>Recent events</h2>
+<table><tr><th>time</th><th>event</th><th>container</th><th>detail</th></tr>{events}</table>
+</body></html>
+"""

@@ -1,0 +1,638 @@
+"""The coordinator's logic: the job model, container leases, failover; and the local launcher.
+
+No I/O but the store and process launches; the HTTP server (:mod:`.server`)
+calls in from its event loop, one call at a time, so nothing here locks.
+
+The recipe, in small steps:
+
+1. **Plan once.** A new store gets the job model: the plan's virtual tasks,
+   sorted by (partition, bucket), cut into contiguous balanced chunks, one per
+   container, so each partition's tasks sit in as few containers as balance
+   allows (:func:`initial_assignment`). A store that has a model keeps it:
+   the job definition must still match it, so a restart never remaps keys.
+2. **Lease.** A heartbeat, registration or progress report from a live
+   container renews its lease at the coordinator's monotonic time of receipt.
+   Anything from a container that is not live gets ``alive: false``.
+3. **Expire.** :meth:`Supervisor.tick` finds live containers whose lease has
+   expired plus the margin (:meth:`LeaseTerms.reassignable_at`); a container
+   that never registered is given ``startup_s`` instead, and one whose
+   process is gone before it registered held no lease at all.
+4. **Fail over.** Each expired container is replaced by a new one: new id,
+   next generation, new checkpoint directory, the old checkpoint as its
+   source (it forks the committed prefix). The new job model version, the
+   container rows and the events commit in one transaction, then the old
+   process (if still there) is killed and the new one launched.
+5. **Restart.** A coordinator started on an existing store re-adopts the live
+   containers by PID and gives each a fresh lease from its own start: their
+   renewal times died with the old process, and a container whose own lease
+   lapsed meanwhile pauses its writes until it is renewed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from spark_elastic.errors import ArgumentError, ProtocolError
+from spark_elastic.model.names import TaskName
+from spark_elastic.runtime.lease import LeaseTerms
+from spark_elastic.runtime.protocol import (
+    CONTAINER_ID_ENV,
+    COORDINATOR_URL_ENV,
+    JOB_ENV,
+    ContainerModel,
+    HeartbeatReply,
+    JobModel,
+    ProgressReport,
+    Registration,
+)
+from spark_elastic.runtime.registry import ContainerRecord, Store
+
+__all__ = ["JobShape", "Launcher", "LocalLauncher", "Supervisor", "initial_assignment"]
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What the coordinator needs of a job definition: no Spark, no user code.
+
+    Attributes
+    ----------
+    name
+        The job's name.
+    spec
+        How containers load the job (``file.py:attribute`` or ``module:attribute``).
+    elasticity_factor
+        Virtual tasks per partition.
+    partitions
+        Partition count per input topic.
+    tasks
+        Every virtual task's name, in plan order.
+    checkpoint_root
+        Local directory under which generations keep their checkpoints.
+    """
+
+    name: str
+    spec: str
+    elasticity_factor: int
+    partitions: Mapping[str, int]
+    tasks: tuple[str, ...]
+    checkpoint_root: str
+
+    def checkpoint_of(self, generation: int, container_id: str) -> str:
+        """Where a generation keeps its checkpoint.
+
+        Parameters
+        ----------
+        generation
+            The generation number.
+        container_id
+            The container that owns it.
+
+        Returns
+        -------
+        str
+            ``<root>/generations/<generation:06d>-<container_id>``.
+        """
+        return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
+
+
+def _locality_key(task: str) -> tuple[int, int, str]:
+    name = TaskName.parse(task)
+    partition = name.partition if name.partition is not None else -1
+    if name.ssp is not None:
+        partition = name.ssp.partition
+    return (partition, name.key_bucket, task)
+
+
+def initial_assignment(tasks: Sequence[str], containers: int) -> list[tuple[str, ...]]:
+    """Split tasks into ``containers`` contiguous, balanced chunks in (partition, bucket) order.
+
+    Contiguous chunks keep a partition's virtual tasks together, so each
+    container reads as few partitions as balance allows; chunk sizes differ
+    by at most one (the larger ones first).
+
+    Parameters
+    ----------
+    tasks
+        Virtual task names.
+    containers
+        How many containers, at least 1 and at most the task count.
+
+    Returns
+    -------
+    list[tuple[str, ...]]
+        One sorted tuple of task names per container.
+    """
+    if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
+        raise ArgumentError.invalid("containers", "a whole number >= 1", containers)
+    if containers > len(tasks):
+        raise ArgumentError.invalid(
+            "containers", f"at most the job's {len(tasks)} virtual tasks", containers
+        )
+    ordered = sorted(tasks, key=_locality_key)
+    size, extra = divmod(len(ordered), containers)
+    chunks, start = [], 0
+    for i in range(containers):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(tuple(sorted(ordered[start:end])))
+        start = end
+    return chunks
+
+
+class Launcher(Protocol):
+    """Starts and stops container processes (local processes by default)."""
+
+    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
+        """Start a container; return its PID."""
+        ...
+
+    def alive(self, pid: int, container_id: str) -> bool:
+        """Whether ``pid`` is still that container's process."""
+        ...
+
+    def kill(self, pid: int, container_id: str, sig: int) -> None:
+        """Signal the container's process (only if it is still that container)."""
+        ...
+
+
+@dataclass
+class LocalLauncher:
+    """Containers as local processes: ``python -m spark_elastic container run``.
+
+    Each container runs in its own session (so a coordinator that dies does
+    not take its containers down), with its output in
+    ``<log_dir>/<container_id>.log``. A PID is trusted only while
+    ``/proc/<pid>/environ`` still names the container, so a reused PID is
+    never signalled.
+
+    Attributes
+    ----------
+    log_dir
+        Where container logs go.
+    command
+        The container command (default: this interpreter running
+        ``spark_elastic container run``).
+    env
+        Extra environment for every container.
+    """
+
+    log_dir: Path
+    command: Sequence[str] = (sys.executable, "-m", "spark_elastic", "container", "run")
+    env: Mapping[str, str] = field(default_factory=dict)
+    _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
+        """Start a container; return its PID."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"{container_id}.log").open("ab") as log:
+            process = subprocess.Popen(
+                list(self.command),
+                env={**os.environ, **self.env, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[process.pid] = process
+        return process.pid
+
+    def alive(self, pid: int, container_id: str) -> bool:
+        """Whether ``pid`` is still that container's process (zombies count as dead)."""
+        child = self._children.get(pid)
+        if child is not None and child.poll() is not None:
+            return False
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z" and f"{CONTAINER_ID_ENV}={container_id}".encode() in environ.split(
+            b"\0"
+        )
+
+    def kill(self, pid: int, container_id: str, sig: int) -> None:
+        """Signal the container's process group, if ``pid`` is still that container."""
+        if self.alive(pid, container_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
+
+
+@dataclass
+class _Live:
+    """In-memory lease state of one live container (monotonic times)."""
+
+    renewed_at: float
+    registered: bool
+    last_valid_beat: float = 0.0
+
+
+class Supervisor:
+    """The coordinator's state machine over its store.
+
+    Parameters
+    ----------
+    shape
+        The job's shape.
+    store
+        The coordinator's store.
+    launcher
+        Starts container processes.
+    url
+        The coordinator's URL, passed to containers.
+    containers
+        How many containers a new job gets.
+    terms
+        Lease terms.
+    startup_s
+        How long a launched container may take to register.
+    container_env
+        Extra environment for containers (heartbeat interval, write budget, master).
+    clock
+        Monotonic clock (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        shape: JobShape,
+        store: Store,
+        launcher: Launcher,
+        url: str,
+        containers: int,
+        terms: LeaseTerms,
+        startup_s: float = 180.0,
+        container_env: Mapping[str, str] | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.shape = shape
+        self.store = store
+        self.launcher = launcher
+        self.url = url
+        self.terms = terms
+        self.startup_s = startup_s
+        self.container_env = dict(container_env or {})
+        self.clock = clock
+        self.counters: dict[str, int] = {}
+        self._live: dict[str, _Live] = {}
+        self._records: dict[str, ContainerRecord] = {}
+        self.model = self._load_or_plan(containers)
+
+    # 1. plan once
+
+    def _load_or_plan(self, containers: int) -> JobModel:
+        stored = self.store.latest_model()
+        if stored is None:
+            return self._plan(containers)
+        self._check_same_job(stored)
+        now = self.clock()
+        for record in self.store.containers():
+            self._records[record.id] = record
+            if record.live:
+                # Renewal times died with the previous coordinator: a fresh lease from now.
+                self._live[record.id] = _Live(now, record.state == "running")
+        self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
+        return stored
+
+    def _check_same_job(self, stored: JobModel) -> None:
+        shape = self.shape
+        if (stored.job, dict(stored.partitions), stored.elasticity_factor) != (
+            shape.name,
+            dict(shape.partitions),
+            shape.elasticity_factor,
+        ):
+            raise ArgumentError.invalid(
+                "--store",
+                f"the store of job {shape.name!r} with partitions {dict(shape.partitions)} and "
+                f"factor {shape.elasticity_factor} (a restart must not remap keys; use a new "
+                "store or a rescale)",
+                f"job {stored.job!r} with partitions {dict(stored.partitions)} and factor "
+                f"{stored.elasticity_factor} in {self.store.path}",
+            )
+
+    def _plan(self, containers: int) -> JobModel:
+        chunks = initial_assignment(self.shape.tasks, containers)
+        entries = []
+        with self.store.transaction() as db:
+            self.store.set_meta(db, "job", self.shape.name)
+            self.store.set_meta(db, "spec", self.shape.spec)
+            for tasks in chunks:
+                entries.append(self._new_container(db, tasks, ()))
+            model = JobModel(
+                1,
+                self.shape.name,
+                self.shape.elasticity_factor,
+                dict(self.shape.partitions),
+                tuple(sorted(entries, key=lambda c: c.container_id)),
+            )
+            self.store.save_model(db, model)
+            self.store.add_event(
+                db,
+                "start",
+                detail=f"job model 1: {len(self.shape.tasks)} tasks in {containers} containers",
+            )
+        return model
+
+    def _new_container(
+        self, db: Any, tasks: tuple[str, ...], sources: tuple[str, ...]
+    ) -> ContainerModel:
+        generation = self.store.next_generation(db)
+        container_id = f"{self.shape.name}-c{generation}"
+        checkpoint = self.shape.checkpoint_of(generation, container_id)
+        record = ContainerRecord(
+            container_id,
+            generation,
+            "launching",
+            None,
+            "",
+            tasks,
+            checkpoint,
+            sources,
+            None,
+            None,
+            None,
+        )
+        self.store.add_container(db, record)
+        self._records[container_id] = record
+        return ContainerModel(container_id, tasks, generation, checkpoint, sources)
+
+    def launch_pending(self) -> None:
+        """Start every container that is launching and has no process yet."""
+        for record in list(self._records.values()):
+            if record.state == "launching" and record.pid is None:
+                self._launch(record)
+
+    def _launch(self, record: ContainerRecord) -> None:
+        env = {
+            **self.container_env,
+            CONTAINER_ID_ENV: record.id,
+            COORDINATOR_URL_ENV: self.url,
+            JOB_ENV: self.shape.spec,
+        }
+        pid = self.launcher.launch(record.id, env)
+        with self.store.transaction() as db:
+            self.store.update_container(db, record.id, pid=pid, launched_at=time.time())
+            self.store.add_event(
+                db, "launch", record.id, f"pid {pid}, generation {record.generation}"
+            )
+        self._set(record.id, pid=pid, launched_at=time.time())
+        self._live[record.id] = _Live(self.clock(), False)
+
+    def _set(self, container_id: str, **changes: Any) -> None:
+        record = self._records[container_id]
+        self._records[container_id] = ContainerRecord(**{**record.__dict__, **changes})
+
+    # 2. lease
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+    def _reply(self, container_id: str) -> HeartbeatReply:
+        live = self._live.get(container_id)
+        if live is None:
+            self._count("heartbeats_invalid")
+            return HeartbeatReply(False, 0, self.model.version)
+        now = self.clock()
+        live.renewed_at = now
+        live.last_valid_beat = now
+        self._count("heartbeats_alive")
+        return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
+
+    def heartbeat(self, container_id: str) -> HeartbeatReply:
+        """Answer SAMZA-871's heartbeat; renew the lease of a live container.
+
+        Parameters
+        ----------
+        container_id
+            The id from ``executionContainerId``.
+
+        Returns
+        -------
+        HeartbeatReply
+            ``alive`` and the lease, or ``alive: false`` (counted) for a
+            container that is not live.
+        """
+        return self._reply(container_id)
+
+    def register(self, registration: Registration) -> HeartbeatReply:
+        """A launched container announces its process; grants its first lease.
+
+        Parameters
+        ----------
+        registration
+            Its id, PID and Spark application id.
+
+        Returns
+        -------
+        HeartbeatReply
+            As for a heartbeat.
+        """
+        reply = self._reply(registration.container_id)
+        if reply.alive:
+            cid = registration.container_id
+            self._live[cid].registered = True
+            with self.store.transaction() as db:
+                self.store.update_container(
+                    db,
+                    cid,
+                    state="running",
+                    pid=registration.pid,
+                    spark_app=registration.spark_app_id,
+                    registered_at=time.time(),
+                )
+                self.store.add_event(db, "register", cid, f"pid {registration.pid}")
+            self._set(cid, state="running", pid=registration.pid, registered_at=time.time())
+        return reply
+
+    def progress(self, report: ProgressReport) -> HeartbeatReply:
+        """Keep a container's committed positions; renews its lease too.
+
+        Parameters
+        ----------
+        report
+            The container's last committed batch.
+
+        Returns
+        -------
+        HeartbeatReply
+            As for a heartbeat.
+        """
+        reply = self._reply(report.container_id)
+        if reply.alive:
+            mine = set(self._records[report.container_id].tasks)
+            strangers = [t.task for t in report.tasks if t.task not in mine]
+            if strangers:
+                raise ProtocolError(
+                    f"progress: container {report.container_id!r} reported task "
+                    f"{strangers[0]!r}, which it does not own"
+                )
+            self.store.save_progress(report)
+        return reply
+
+    # 3. expire, 4. fail over
+
+    def _expired(self, container_id: str, now: float) -> str | None:
+        """Why a live container's tasks may move now, or None."""
+        live = self._live[container_id]
+        record = self._records[container_id]
+        if live.registered:
+            if now > self.terms.reassignable_at(live.renewed_at):
+                late = now - self.terms.coordinator_expiry(live.renewed_at)
+                return f"lease expired {late:.1f} s ago (margin {self.terms.margin_s:.1f} s)"
+            return None
+        # Not registered: it never held a lease, so it cannot have written anything.
+        if record.pid is not None and not self.launcher.alive(record.pid, container_id):
+            return "its process exited before it registered"
+        if now > live.renewed_at + self.startup_s:
+            return f"it did not register within {self.startup_s:.0f} s"
+        return None
+
+    def tick(self) -> None:
+        """Fail over every container whose lease (or start-up time) ran out; launch pending ones."""
+        now = self.clock()
+        for container_id in sorted(self._live):
+            reason = self._expired(container_id, now)
+            if reason is not None:
+                self._fail_over(container_id, reason)
+        self.launch_pending()
+
+    def _fail_over(self, old_id: str, reason: str) -> None:
+        old = self._records[old_id]
+        # The new generation starts from the old one's committed prefix; a container that
+        # never got going hands on what it was given.
+        started = (
+            Path(old.checkpoint, "commits").is_dir() or Path(old.checkpoint, "offsets").is_dir()
+        )
+        sources = (old.checkpoint,) if started else old.sources
+        with self.store.transaction() as db:
+            new = self._new_container(db, old.tasks, sources)
+            containers = [c for c in self.model.containers if c.container_id != old_id]
+            model = JobModel(
+                self.model.version + 1,
+                self.model.job,
+                self.model.elasticity_factor,
+                dict(self.model.partitions),
+                tuple(sorted([*containers, new], key=lambda c: c.container_id)),
+            )
+            self.store.save_model(db, model)
+            self.store.update_container(db, old_id, state="expired", ended_at=time.time())
+            self.store.add_event(db, "expire", old_id, reason)
+            self.store.add_event(
+                db,
+                "failover",
+                new.container_id,
+                f"takes {len(old.tasks)} tasks of {old_id} in generation {new.generation}, "
+                f"job model {model.version}",
+            )
+        self._set(old_id, state="expired", ended_at=time.time())
+        del self._live[old_id]
+        self.model = model
+        self._count("failovers")
+        if old.pid is not None:
+            # Fenced already (its lease is over); killing it just frees its resources.
+            self.launcher.kill(old.pid, old_id, signal.SIGKILL)
+
+    # 6. stop
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop every live container: SIGTERM, then SIGKILL after ``timeout_s``.
+
+        Parameters
+        ----------
+        timeout_s
+            How long containers get to stop gracefully.
+        """
+        running = [r for r in self._records.values() if r.live and r.pid is not None]
+        for record in running:
+            self.launcher.kill(record.pid or 0, record.id, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for record in running:
+            while self.launcher.alive(record.pid or 0, record.id) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.launcher.kill(record.pid or 0, record.id, signal.SIGKILL)
+        with self.store.transaction() as db:
+            for record in running:
+                self.store.update_container(db, record.id, state="stopped", ended_at=time.time())
+            self.store.add_event(db, "stop", detail=f"stopped {len(running)} containers")
+        for record in running:
+            self._set(record.id, state="stopped")
+            self._live.pop(record.id, None)
+
+    # status
+
+    def status(self) -> dict[str, Any]:
+        """Everything the status page and ``job status --json`` show.
+
+        Returns
+        -------
+        dict
+            ``job``, ``jobModelVersion``, ``containers`` (id, state, pid,
+            generation, tasks, heartbeat age, lease left, read amplification),
+            ``tasks`` (owner, committed offsets, lag) and ``events``.
+        """
+        now = self.clock()
+        throughput = self.store.throughput()
+        containers = []
+        for record in sorted(self._records.values(), key=lambda r: r.generation):
+            live = self._live.get(record.id)
+            counts = throughput.get(record.id, {})
+            read, processed = counts.get("totalRead", 0), counts.get("totalProcessed", 0)
+            containers.append(
+                {
+                    "containerId": record.id,
+                    "state": record.state,
+                    "pid": record.pid,
+                    "generation": record.generation,
+                    "tasks": list(record.tasks),
+                    "checkpoint": record.checkpoint,
+                    "sources": list(record.sources),
+                    "heartbeatAgeS": None if live is None else round(now - live.renewed_at, 3),
+                    "leaseLeftS": None
+                    if live is None
+                    else round(self.terms.coordinator_expiry(live.renewed_at) - now, 3),
+                    "recordsRead": read,
+                    "recordsProcessed": processed,
+                    "readAmplification": round(read / processed, 3) if processed else None,
+                    "lastBatch": counts.get("batch"),
+                }
+            )
+        owner = self.model.owner_of()
+        progress = self.store.progress()
+        tasks = [
+            {
+                "task": task,
+                "container": owner.get(task),
+                "offsets": progress.get(task, {}).get("offsets", {}),
+                "lag": progress.get(task, {}).get("lag", -1),
+            }
+            for task in sorted(owner, key=_locality_key)
+        ]
+        return {
+            "job": self.shape.name,
+            "jobModelVersion": self.model.version,
+            "elasticityFactor": self.model.elasticity_factor,
+            "partitions": dict(self.model.partitions),
+            "lease": {
+                "leaseS": self.terms.lease_s,
+                "marginS": self.terms.margin_s,
+                "writeBudgetS": self.terms.write_budget_s,
+            },
+            "containers": containers,
+            "tasks": tasks,
+            "events": [e.__dict__ for e in self.store.events()],
+            "counters": dict(self.counters),
+        }
+
+
+def status_json(status: Mapping[str, Any]) -> str:
+    """The status as indented JSON text."""
+    return json.dumps(status, indent=2, sort_keys=True)
