@@ -190,6 +190,8 @@ class LocalLauncher:
     log_dir: Path
     command: Sequence[str] = (sys.executable, "-m", "spark_elastic", "container", "run")
     env: Mapping[str, str] = field(default_factory=dict)
+    launched: dict[int, str] = field(default_factory=dict, repr=False)
+    """PID -> container id of every process this launcher started."""
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def launch(self, container_id: str, env: Mapping[str, str]) -> int:
@@ -205,6 +207,7 @@ class LocalLauncher:
                 start_new_session=True,
             )
         self._children[process.pid] = process
+        self.launched[process.pid] = container_id
         return process.pid
 
     def alive(self, pid: int, container_id: str) -> bool:

@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, with_task_state
 from spark_elastic.log.source import register_log_source
+from spark_elastic.runtime.job import load_job_and_module
 
 pytestmark = pytest.mark.slow
 
@@ -185,11 +186,12 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
 
 def reference_rows(spark: SparkSession, root: Path) -> set[tuple[str, int, int, int]]:
     """The click-count job's rows from one ordinary query over the whole log."""
-    sys.path.insert(0, str(ROOT / "examples" / "jobs"))
-    try:
-        from click_counts import ClickCount
-    finally:
-        sys.path.pop(0)
+    from pyspark import cloudpickle
+
+    job, module = load_job_and_module(JOB)
+    assert job.processor is not None
+    # The same processor the containers run, pickled by value (the workers cannot import it).
+    cloudpickle.register_pickle_by_value(module)
     register_log_source(spark)
     checkpoint = root / "reference-checkpoint"
     rows: set[tuple[str, int, int, int]] = set()
@@ -202,7 +204,7 @@ def reference_rows(spark: SparkSession, root: Path) -> set[tuple[str, int, int, 
     )
     counted = events.transform(
         with_task_state(
-            ClickCount(),
+            job.processor,
             job="reference",
             checkpoint_location=checkpoint,
             elasticity_factor=4,

@@ -1,0 +1,41 @@
+"""A stand-in container for coordinator specs: a real process that heartbeats, no Spark.
+
+It registers, then heartbeats every SPARK_ELASTIC_HEARTBEAT_MS until the
+coordinator answers ``alive: false`` (exit 1) or it gets SIGTERM (exit 0).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
+from spark_elastic.runtime.protocol import Registration
+
+
+def main() -> int:
+    settings = ContainerSettings.from_env()
+    client = CoordinatorClient(settings.coordinator_url)
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    if not client.register(Registration(settings.container_id, os.getpid())).alive:
+        return 1
+    while not stop:
+        try:
+            if not client.heartbeat(settings.container_id).alive:
+                return 1
+        except OSError:
+            pass
+        time.sleep(settings.heartbeat_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

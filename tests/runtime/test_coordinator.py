@@ -1,0 +1,310 @@
+"""The coordinator over real HTTP on loopback, with stand-in container processes (no Spark).
+
+Leases are short here (1 s, margin 0.5 s) so expiries happen within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_elastic.errors import ArgumentError
+from spark_elastic.runtime.lease import LeaseTerms
+from spark_elastic.runtime.registry import Store
+from spark_elastic.runtime.server import MAX_BODY, CoordinatorServer, bind
+from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor, initial_assignment
+
+HERE = Path(__file__).parent
+TERMS = LeaseTerms(lease_s=1.0, margin_s=0.5, write_budget_s=0.3)
+TASKS = tuple(f"Partition {p}_{b}_4" for p in range(3) for b in range(4))
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def call(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def shape(root: Path) -> JobShape:
+    return JobShape("clicks", "jobs.py:job", 4, {"clicks": 3}, TASKS, str(root / "cp"))
+
+
+class Coordinator:
+    """A coordinator server on a thread, launching stand-in containers."""
+
+    def __init__(self, root: Path, containers: int = 2, command: list[str] | None = None) -> None:
+        self.root = root
+        self.launcher = LocalLauncher(
+            root / "logs", command or [sys.executable, str(HERE / "standin_container.py")]
+        )
+        store = Store(root / "coordinator.db")
+        self.server = CoordinatorServer(
+            lambda url: Supervisor(
+                shape(root),
+                store,
+                self.launcher,
+                url,
+                containers,
+                TERMS,
+                startup_s=20,
+                container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200"},
+            ),
+            bind("127.0.0.1", 0),
+        )
+        self.url = self.server.url
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self.server.supervisor
+
+    def status(self) -> dict[str, Any]:
+        return call(f"{self.url}/status.json")[1]  # type: ignore[no-any-return]
+
+    def running(self) -> dict[str, int]:
+        return {
+            c["containerId"]: c["pid"]
+            for c in self.status()["containers"]
+            if c["state"] == "running"
+        }
+
+    def kill_all(self) -> None:
+        for pid, container_id in self.launcher.launched.items():
+            self.launcher.kill(pid, container_id, signal.SIGKILL)
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+    c = Coordinator(tmp_path)
+    try:
+        with c.server.running_in_thread():
+            yield c
+    finally:
+        c.kill_all()
+
+
+def test_initial_assignment_keeps_each_partitions_tasks_together() -> None:
+    chunks = initial_assignment(TASKS, 3)
+    assert [len(c) for c in chunks] == [4, 4, 4]
+    assert [{t.split("_")[0] for t in chunk} for chunk in chunks] == [
+        {"Partition 0"},
+        {"Partition 1"},
+        {"Partition 2"},
+    ]
+    assert [len(c) for c in initial_assignment(TASKS, 5)] == [3, 3, 2, 2, 2]
+    with pytest.raises(ArgumentError, match="at most the job's 12 virtual tasks"):
+        initial_assignment(TASKS, 13)
+
+
+def test_the_job_model_is_served_and_containers_register(coordinator: Coordinator) -> None:
+    status, model = call(f"{coordinator.url}/jobModel")
+    assert status == 200
+    assert model["version"] == 1
+    assert [len(c["tasks"]) for c in model["containers"]] == [6, 6]
+    running = wait_until("two registered containers", lambda: len(coordinator.running()) == 2)
+    assert running
+
+
+def test_heartbeats_answer_alive_for_issued_ids_and_false_for_others(
+    coordinator: Coordinator,
+) -> None:
+    status, reply = call(f"{coordinator.url}/containerHeartbeat?executionContainerId=clicks-c1")
+    assert (status, reply["alive"], reply["leaseMs"]) == (200, True, 1000)
+    status, reply = call(f"{coordinator.url}/containerHeartbeat?executionContainerId=never-issued")
+    assert (status, reply) == (200, {"alive": False, "leaseMs": 0, "jobModelVersion": 1})
+    _, metrics = 0, urllib.request.urlopen(f"{coordinator.url}/metrics").read().decode()
+    assert "spark_elastic_expired_heartbeats_total 1.0" in metrics
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "?executionContainerId=",
+        "?executionContainerId=a%20b",
+        "?executionContainerId=a&executionContainerId=b",
+    ],
+)
+def test_a_missing_or_malformed_container_id_is_400(coordinator: Coordinator, query: str) -> None:
+    status, reply = call(f"{coordinator.url}/containerHeartbeat{query}")
+    assert status == 400
+    assert "executionContainerId" in reply["error"]
+
+
+def test_malformed_and_oversized_bodies_are_refused_in_one_line(coordinator: Coordinator) -> None:
+    status, reply = call(f"{coordinator.url}/containers/register", raw=b"{not json")
+    assert (status, reply["error"]) == (400, "/containers/register: the body is not JSON")
+    status, reply = call(f"{coordinator.url}/containers/register", {"containerId": "c1"})
+    assert status == 400
+    assert "missing field 'pid'" in reply["error"]
+    status, reply = call(f"{coordinator.url}/containers/register", raw=b"x" * (MAX_BODY + 1))
+    assert status == 413
+
+
+def test_a_killed_container_is_replaced_only_after_its_lease_and_margin(
+    coordinator: Coordinator,
+) -> None:
+    running = wait_until(
+        "two registered containers",
+        lambda: len(coordinator.running()) == 2 and coordinator.running(),
+    )
+    victim = "clicks-c1"
+    os.killpg(running[victim], signal.SIGKILL)
+    killed_at = time.monotonic()
+    model = wait_until(
+        "a replacement",
+        lambda: (m := call(f"{coordinator.url}/jobModel")[1])["version"] == 2 and m,
+    )
+    # Never before the lease and the margin have run out since the last renewal.
+    assert time.monotonic() - killed_at >= TERMS.lease_s + TERMS.margin_s - 0.25
+    replacement = next(c for c in model["containers"] if c["containerId"] not in running)
+    assert replacement["containerId"] == "clicks-c3"
+    assert replacement["generation"] == 3
+    assert replacement["checkpoint"].endswith("generations/000003-clicks-c3")
+    old_tasks = {c["containerId"]: c["tasks"] for c in coordinator.status()["containers"]}[victim]
+    assert replacement["tasks"] == old_tasks
+    kinds = [(e["kind"], e["container"]) for e in coordinator.status()["events"]]
+    assert ("expire", victim) in kinds
+    assert ("failover", "clicks-c3") in kinds
+    wait_until("the replacement registers", lambda: "clicks-c3" in coordinator.running())
+
+
+def test_a_paused_container_is_told_it_is_dead_when_it_wakes(coordinator: Coordinator) -> None:
+    running = wait_until(
+        "two registered containers",
+        lambda: len(coordinator.running()) == 2 and coordinator.running(),
+    )
+    pid = running["clicks-c2"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(
+            "the paused container's replacement",
+            lambda: call(f"{coordinator.url}/jobModel")[1]["version"] == 2,
+        )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # The stand-in exits 1 on its first `alive: false`; the coordinator had SIGKILLed it anyway.
+    wait_until("the zombie to be gone", lambda: not coordinator.launcher.alive(pid, "clicks-c2"))
+
+
+def test_a_restarted_coordinator_keeps_its_model_and_its_containers(tmp_path: Path) -> None:
+    first = Coordinator(tmp_path)
+    try:
+        with first.server.running_in_thread():
+            running = wait_until(
+                "two containers", lambda: len(first.running()) == 2 and first.running()
+            )
+            model = call(f"{first.url}/jobModel")[1]
+            # Stop the server without stopping its containers, as a crash would.
+            first.supervisor.stop = lambda timeout_s=0: None  # type: ignore[method-assign]
+        second = Coordinator(tmp_path)
+        with second.server.running_in_thread():
+            assert call(f"{second.url}/jobModel")[1] == model
+            assert second.supervisor.store.model_versions() == [1]
+            # The containers still heartbeat to the old URL, which is gone; they are not
+            # relaunched, and their processes are the same.
+            assert second.running() == running
+            assert all(second.launcher.alive(p, c) for c, p in running.items())
+            events = [e["kind"] for e in second.status()["events"]]
+            assert events.count("launch") == 2
+    finally:
+        first.kill_all()
+
+
+def test_a_store_of_another_job_shape_is_refused(tmp_path: Path) -> None:
+    Supervisor(
+        shape(tmp_path), Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
+    )
+    grown = JobShape("clicks", "jobs.py:job", 4, {"clicks": 6}, TASKS, str(tmp_path / "cp"))
+    with pytest.raises(ArgumentError, match="must not remap keys"):
+        Supervisor(grown, Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS)
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    taken = bind("127.0.0.1", 0)
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(ArgumentError, match=f"127.0.0.1:{port} \\(the port is in use\\)"):
+            bind("127.0.0.1", port)
+    finally:
+        taken.close()
+
+
+def test_binding_off_loopback_needs_a_token(tmp_path: Path) -> None:
+    sock = bind("0.0.0.0", 0)
+    try:
+        with pytest.raises(ArgumentError, match="--token"):
+            CoordinatorServer(lambda url: None, sock)  # type: ignore[arg-type,return-value]
+    finally:
+        sock.close()
+
+
+def test_with_a_token_every_request_needs_it(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db")
+    launcher = LocalLauncher(tmp_path, [sys.executable, "-c", "import time; time.sleep(60)"])
+    server = CoordinatorServer(
+        lambda url: Supervisor(shape(tmp_path), store, launcher, url, 1, TERMS),
+        bind("127.0.0.1", 0),
+        token="s3cret",
+    )
+    try:
+        with server.running_in_thread():
+            status, reply = call(f"{server.url}/jobModel")
+            assert (status, reply["error"]) == (401, "missing or wrong bearer token")
+            request = urllib.request.Request(f"{server.url}/jobModel")
+            request.add_header("Authorization", "Bearer s3cret")
+            with urllib.request.urlopen(request, timeout=5) as response:
+                assert json.loads(response.read())["version"] == 1
+    finally:
+        for pid, container_id in launcher.launched.items():
+            launcher.kill(pid, container_id, signal.SIGKILL)
+
+
+def test_the_status_page_shows_containers_tasks_and_events(coordinator: Coordinator) -> None:
+    wait_until("two containers", lambda: len(coordinator.running()) == 2)
+    page = urllib.request.urlopen(f"{coordinator.url}/").read().decode()
+    for expected in (
+        "clicks-c1",
+        "clicks-c2",
+        "Partition 2_3_4",
+        "launch",
+        "register",
+        "read amplification",
+    ):
+        assert expected in page
+
+
+def test_the_coordinator_loads_no_spark(tmp_path: Path) -> None:
+    probe = (
+        "import sys; import spark_elastic.runtime.server, spark_elastic.runtime.supervisor, "
+        "spark_elastic.cli.job; print(sorted(m for m in ('pyspark', 'pandas', 'pyarrow') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
