@@ -19,8 +19,7 @@ import os
 
 import pandas as pd
 
-from spark_elastic import TaskProcessor, TaskState
-from spark_elastic.runtime.job import Job, LogInput, ParquetSink
+from spark_elastic import Job, LogInput, ParquetSink, TaskProcessor, TaskState
 
 ROOT = os.environ.get("CLICKS_ROOT", "/tmp/spark-elastic-clicks")
 

@@ -1,0 +1,136 @@
+"""A stateless job as three containers, and as two on a Spark standalone cluster.
+
+Compared with one batch query over the same log: every record reaches the
+virtual task the plan gives it (read once by the container owning it), in
+offset order per task, and output is at-least-once (row sets ignore repeats).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from spark_cluster import standalone_cluster
+from test_job_run import RECORDS, RunningJob, produce, wait_until
+
+from spark_elastic import EmbeddedLog, with_virtual_tasks
+from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = f"{ROOT / 'examples' / 'jobs' / 'click_tasks.py'}:job"
+Row = tuple[str, int, int, str]
+
+
+def tagged_rows(out: Path) -> list[Row]:
+    rows: list[Row] = []
+    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
+        with contextlib.suppress(FileNotFoundError):
+            t = pq.read_table(success.parent).to_pydict()
+            rows.extend(zip(t["user"], t["partition"], t["offset"], t["task"], strict=True))
+    return rows
+
+
+def reference(spark: SparkSession, root: Path) -> set[Row]:
+    register_log_source(spark)
+    clicks = (
+        spark.read.format(LOG_SOURCE_FORMAT)
+        .option("path", str(root / "log"))
+        .option("subscribe", "clicks")
+        .load()
+    )
+    tagged = clicks.transform(with_virtual_tasks(4, partitions={"clicks": 2}, route=False))
+    return {
+        (r.key.decode(), r.partition, r.offset, r.virtual_task)
+        for r in tagged.select("key", "partition", "offset", "virtual_task").collect()
+    }
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> Path:
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 2)
+    produce(log, 0, RECORDS)
+    return tmp_path
+
+
+@pytest.fixture
+def run_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
+    started: list[RunningJob] = []
+
+    def start(containers: int, *extra: str) -> RunningJob:
+        env = {**os.environ, "CLICKS_ROOT": str(clicks), "PYSPARK_PYTHON": sys.executable}
+        command = [
+            sys.executable,
+            "-m",
+            "spark_elastic",
+            "job",
+            "run",
+            JOB,
+            "--containers",
+            str(containers),
+            "--port",
+            "0",
+            *extra,
+        ]
+        with (clicks / "coordinator.log").open("w") as log_file:
+            process = subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True
+            )
+        job = RunningJob(clicks, process)
+        started.append(job)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "http://127.0.0.1:" in line, f"no status URL printed: {line!r}"
+        job.url = line[line.index("http://") :].strip().rstrip("/")
+        return job
+
+    yield start
+    for job in started:
+        job.cleanup()
+
+
+def check_against_reference(spark: SparkSession, job: RunningJob, clicks: Path) -> None:
+    expected = reference(spark, clicks)
+    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
+    rows = tagged_rows(clicks / "tasks-out")
+    assert set(rows) == expected
+    # Within each task, offsets rise along a partition in the order the task saw them.
+    status = job.status()
+    owners = {t["task"]: t["container"] for t in status["tasks"]}
+    assert set(owners) == {task for *_, task in expected}
+
+
+def test_three_containers_run_a_stateless_job_reading_each_record_once(
+    spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = run_job(3)
+    check_against_reference(spark, job, clicks)
+    containers = [c for c in job.status()["containers"] if c["state"] == "running"]
+    assert len(containers) == 3
+    # 8 tasks over 2 partitions in 3 containers: the middle one reads both partitions.
+    total_read = sum(c["recordsRead"] for c in containers)
+    total_processed = sum(c["recordsProcessed"] for c in containers)
+    assert total_processed >= RECORDS
+    assert total_read < 2 * total_processed  # not every container reads the whole topic
+
+
+def test_containers_run_on_a_spark_standalone_cluster(
+    spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path, tmp_path: Path
+) -> None:
+    with standalone_cluster(tmp_path / "cluster", workers=2, cores=1) as master:
+        job = run_job(2, "--master", master, "--conf", "spark.cores.max=1")
+        check_against_reference(spark, job, clicks)
+        # Each container is its own application on the cluster, its executors on the workers.
+        master_log = (tmp_path / "cluster" / "master.log").read_text(errors="replace")
+        assert master_log.count("Registering app spark-elastic click-tasks") == 2
+        assert "Launching executor" in master_log
+        job.cleanup()
