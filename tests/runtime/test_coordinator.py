@@ -57,7 +57,9 @@ def shape(root: Path) -> JobShape:
 class Coordinator:
     """A coordinator server on a thread, launching stand-in containers."""
 
-    def __init__(self, root: Path, containers: int = 2, command: list[str] | None = None) -> None:
+    def __init__(
+        self, root: Path, containers: int = 2, command: list[str] | None = None, port: int = 0
+    ) -> None:
         self.root = root
         self.launcher = LocalLauncher(
             root / "logs", command or [sys.executable, str(HERE / "standin_container.py")]
@@ -74,7 +76,7 @@ class Coordinator:
                 startup_s=20,
                 container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200"},
             ),
-            bind("127.0.0.1", 0),
+            bind("127.0.0.1", port),
         )
         self.url = self.server.url
 
@@ -221,14 +223,20 @@ def test_a_restarted_coordinator_keeps_its_model_and_its_containers(tmp_path: Pa
             model = call(f"{first.url}/jobModel")[1]
             # Stop the server without stopping its containers, as a crash would.
             first.supervisor.stop = lambda timeout_s=0: None  # type: ignore[method-assign]
-        second = Coordinator(tmp_path)
+        # Back on the same address, which the containers keep heartbeating to.
+        second = Coordinator(tmp_path, port=int(first.url.rsplit(":", 1)[1]))
         with second.server.running_in_thread():
             assert call(f"{second.url}/jobModel")[1] == model
             assert second.supervisor.store.model_versions() == [1]
-            # The containers still heartbeat to the old URL, which is gone; they are not
-            # relaunched, and their processes are the same.
+            # The same processes renew with the new coordinator for longer than a lease and its
+            # margin (2 containers x 10 heartbeats at 200 ms); nothing was relaunched or moved.
+            wait_until(
+                "heartbeats from both containers",
+                lambda: second.status()["counters"].get("heartbeats_alive", 0) >= 20,
+            )
             assert second.running() == running
             assert all(second.launcher.alive(p, c) for c, p in running.items())
+            assert call(f"{second.url}/jobModel")[1]["version"] == 1
             events = [e["kind"] for e in second.status()["events"]]
             assert events.count("launch") == 2
     finally:

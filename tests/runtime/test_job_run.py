@@ -153,7 +153,7 @@ def produce(log: EmbeddedLog, start: int, count: int) -> None:
 def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
     started: list[RunningJob] = []
 
-    def start(containers: int, store: Path | None = None) -> RunningJob:
+    def start(containers: int, store: Path | None = None, port: int = 0) -> RunningJob:
         env = {
             **os.environ,
             "CLICKS_ROOT": str(clicks),
@@ -162,7 +162,7 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
         command = [
             sys.executable,
             *("-m", "spark_elastic", "job", "run", JOB),
-            *("--containers", str(containers), "--port", "0"),
+            *("--containers", str(containers), "--port", str(port)),
             *("--store", str(store or clicks / "coordinator.db")),
             *("--lease-ms", str(LEASE_MS), "--margin-ms", str(MARGIN_MS)),
             *("--write-budget-ms", str(BUDGET_MS), "--heartbeat-ms", str(HEARTBEAT_MS)),
@@ -317,7 +317,9 @@ def test_a_restarted_coordinator_finds_its_containers_and_carries_on(
     job.process.send_signal(signal.SIGKILL)
     job.process.wait(30)
     produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
-    again = start_job(containers=2, store=clicks / "coordinator.db")
+    # Back on the same address: the containers have been retrying it all along.
+    port = int(job.url.rsplit(":", 1)[1])
+    again = start_job(containers=2, store=clicks / "coordinator.db", port=port)
     again.pids.update(running.values())
     assert again.job_model()["containers"] == model["containers"]
     wait_until("every record applied", all_applied(again, RECORDS + 2000), timeout=240)
