@@ -139,15 +139,12 @@ def _run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     partitions = job.input.partition_counts()
     plan = job.plan(partitions)
+    _check_lease_options(args)
     terms = LeaseTerms(
         lease_s=args.lease_ms / 1000,
         margin_s=args.margin_ms / 1000,
         write_budget_s=args.write_budget_ms / 1000,
     )
-    if args.heartbeat_ms * 2 > args.lease_ms:
-        raise ArgumentError.invalid(
-            "--heartbeat-ms", f"at most half the lease ({args.lease_ms // 2} ms)", args.heartbeat_ms
-        )
     root = Path(job.checkpoint_root)
     shape = JobShape(
         job.name, args.job, job.elasticity_factor, partitions, tuple(plan.task_names()), str(root)
@@ -188,6 +185,25 @@ def _run(args: argparse.Namespace) -> int:
 
     server.run_forever(ready)
     return 0
+
+
+def _check_lease_options(args: argparse.Namespace) -> None:
+    """The lease rules of :class:`LeaseTerms`, told in the options' own names."""
+    if args.write_budget_ms >= args.lease_ms:
+        raise ArgumentError.invalid(
+            "--write-budget-ms", f"below --lease-ms ({args.lease_ms})", args.write_budget_ms
+        )
+    if args.margin_ms < args.write_budget_ms:
+        raise ArgumentError.invalid(
+            "--margin-ms",
+            f"at least --write-budget-ms ({args.write_budget_ms}), so a write begun in time ends "
+            "before its tasks move",
+            args.margin_ms,
+        )
+    if args.heartbeat_ms * 2 > args.lease_ms:
+        raise ArgumentError.invalid(
+            "--heartbeat-ms", f"at most half the lease ({args.lease_ms // 2} ms)", args.heartbeat_ms
+        )
 
 
 def _status(args: argparse.Namespace) -> int:

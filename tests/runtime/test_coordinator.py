@@ -316,3 +316,28 @@ def test_the_coordinator_loads_no_spark(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_container_id_the_coordinator_never_issued_exits_1_in_one_line(
+    coordinator: Coordinator,
+) -> None:
+    job = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "click_counts.py"
+    env = {
+        **os.environ,
+        "EXECUTION_ENV_CONTAINER_ID": "ghost-7",
+        "SPARK_ELASTIC_COORDINATOR_URL": coordinator.url,
+        "SPARK_ELASTIC_JOB": f"{job}:job",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_elastic", "container", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "spark-elastic container: the coordinator did not issue container id 'ghost-7'"
+    )
+    assert coordinator.status()["counters"]["heartbeats_invalid"] == 1
