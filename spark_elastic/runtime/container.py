@@ -546,7 +546,10 @@ def run_container(settings: ContainerSettings) -> int:
         The process exit code.
     """
     job, module = load_job_and_module(settings.job)
-    client = CoordinatorClient(settings.coordinator_url, settings.token)
+    # A frozen coordinator accepts connections but never answers: a short timeout keeps
+    # Samza's retries close to their interval.
+    timeout = min(5.0, max(1.0, 2 * settings.heartbeat_s))
+    client = CoordinatorClient(settings.coordinator_url, settings.token, timeout)
     # On this side only the write budget and the drift allowance matter; the lease's length
     # comes with every reply, and the margin is the coordinator's.
     terms = LeaseTerms(
