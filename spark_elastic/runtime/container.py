@@ -21,10 +21,13 @@ its checkpoint generation from the previous owner's committed prefix if the
 model says so (:mod:`.generations`), start the query, then heartbeat on a
 thread while the main thread reports each committed batch. The query writes
 through ``foreachBatch``, which checks the lease right before the job's sink
-is called: an expired lease (by the container's own clock, even with the
-coordinator unreachable) fails the batch before anything is written, so the
-batch never commits. ``{"alive": false}`` or too many failed heartbeats stop
-the query and exit 1; SIGTERM stops it and exits 0; a stop that hangs past
+is called, and the sink checks it again right before it publishes. With the
+lease lapsed (by the container's own clock, even with the coordinator
+unreachable) the write waits for a renewal; a revoked lease, or no renewal
+within the stop limit, fails the batch before anything is published, so the
+batch never commits. ``{"alive": false}``, or failed heartbeats (Samza's
+retries, with the lease over for another lease's length), stop the query
+and exit 1; SIGTERM stops it and exits 0; a stop that hangs past
 the limit is cut short by ``os._exit(1)``, as Samza does.
 """
 
@@ -289,6 +292,7 @@ class _Heartbeats(threading.Thread):
         self._dead = on_dead
         self.stopping = threading.Event()
         self.model_version = 0
+        self.lease_s = 0.0
 
     def run(self) -> None:
         failures = 0
@@ -298,9 +302,14 @@ class _Heartbeats(threading.Thread):
                 reply = self._client.heartbeat(self._settings.container_id)
             except (OSError, ValueError, ProtocolError) as exc:
                 failures += 1
-                # Samza gives up after its retries; we also wait out the lease, so a coordinator
-                # restart shorter than the lease stops nothing.
-                if failures > self._settings.heartbeat_retries and self._lease.remaining() < 0:
+                # Samza gives up after its retries; we also wait until the lease has been over for
+                # another lease's length, so a coordinator restart shorter than two leases stops
+                # nothing (meanwhile no write can start: the lease is what fences, not this).
+                patience = -self.lease_s
+                if (
+                    failures > self._settings.heartbeat_retries
+                    and self._lease.remaining() < patience
+                ):
                     _log(f"coordinator unreachable after {failures} heartbeats ({exc}); stopping")
                     self._dead.set()
                     return
@@ -314,6 +323,7 @@ class _Heartbeats(threading.Thread):
                 self._dead.set()
                 return
             self._lease.renew(sent, reply.lease_ms)
+            self.lease_s = reply.lease_ms / 1000
             self.model_version = max(self.model_version, reply.job_model_version)
             self.stopping.wait(self._settings.heartbeat_s)
 
@@ -575,6 +585,7 @@ def run_container(settings: ContainerSettings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     beats = _Heartbeats(client, settings, lease, dead)
+    beats.lease_s = reply.lease_ms / 1000
     beats.start()
 
     _prepare_checkpoint(mine)
