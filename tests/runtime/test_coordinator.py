@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -341,3 +342,20 @@ def test_a_container_id_the_coordinator_never_issued_exits_1_in_one_line(
         "spark-elastic container: the coordinator did not issue container id 'ghost-7'"
     )
     assert coordinator.status()["counters"]["heartbeats_invalid"] == 1
+
+
+def test_slow_clients_do_not_stall_heartbeats(coordinator: Coordinator) -> None:
+    host, port = coordinator.url.removeprefix("http://").split(":")
+    # Clients that send half a request and then nothing, holding their connections open.
+    stalled = [socket.create_connection((host, int(port)), timeout=5) for _ in range(50)]
+    try:
+        for sock in stalled:
+            sock.sendall(b"GET /jobModel HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        for _ in range(20):
+            status, reply = call(
+                f"{coordinator.url}/containerHeartbeat?executionContainerId=clicks-c1"
+            )
+            assert (status, reply["alive"]) == (200, True)
+    finally:
+        for sock in stalled:
+            sock.close()
