@@ -614,7 +614,11 @@ def _supervise(
     dead: threading.Event,
 ) -> int:
     """Report committed batches until asked to stop, fenced, or the query ends."""
-    reported = -1
+    # Spark also reports idle triggers, under the id of the batch that has not run yet; the
+    # batch itself reports again under that id when it runs. Progress events are therefore
+    # told apart by their trigger timestamp (ISO 8601, so they order as strings), and each
+    # is reported once: the coordinator adds the counts up.
+    reported = ""
     while True:
         if stop.is_set():
             return EXIT_OK
@@ -625,14 +629,15 @@ def _supervise(
             fenced = error is not None and "FencedError" in str(error)
             _log("fenced: stopped before writing" if fenced else f"query ended: {error}")
             return EXIT_FENCED
-        progress = _progress_json(query.lastProgress)
-        batch = progress.get("batchId")
-        if isinstance(batch, int) and batch > reported and progress.get("numInputRows", 0) >= 0:
-            reported = batch
+        for progress in map(_progress_json, query.recentProgress):
+            batch, at = progress.get("batchId"), progress.get("timestamp")
+            if not isinstance(batch, int) or not isinstance(at, str) or at <= reported:
+                continue
+            reported = at
             try:
                 reply = client.progress(build_report(job, plan, mine, progress))
             except (OSError, ValueError, ProtocolError) as exc:
-                _log(f"progress report failed ({exc}); the next batch reports again")
+                _log(f"progress report of batch {batch} failed ({exc})")
             else:
                 if not reply.alive:
                     dead.set()
