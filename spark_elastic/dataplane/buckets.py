@@ -30,7 +30,7 @@ from spark_elastic.model.names import validate_elasticity_factor
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["HASH_MODES", "HashMode", "key_bucket", "key_hash"]
+__all__ = ["HASH_MODES", "HashMode", "bucket_of_key", "key_bucket", "key_hash", "spark_hash_bytes"]
 
 HashMode = Literal["spark", "java"]
 HASH_MODES: tuple[HashMode, ...] = ("spark", "java")
@@ -99,3 +99,74 @@ def key_bucket(
         # 64-bit abs: Integer.MIN_VALUE maps to 2**31, whose remainder is 0.
         return F.pmod(F.abs(h.cast("long")), F.lit(factor)).cast("int")
     return F.pmod(h, F.lit(factor)).cast("int")
+
+
+_MASK = 0xFFFFFFFF
+
+
+def _rotl(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _MASK
+
+
+def _mix(h1: int, k1: int) -> int:
+    k1 = _rotl((k1 * 0xCC9E2D51) & _MASK, 15) * 0x1B873593 & _MASK
+    return (_rotl(h1 ^ k1, 13) * 5 + 0xE6546B64) & _MASK
+
+
+def spark_hash_bytes(key: bytes) -> int:
+    """Spark's ``hash(key)`` of a binary value (Murmur3 x86_32, seed 42), in pure Python.
+
+    Spark's ``hashUnsafeBytes``: 4-byte little-endian words, then every
+    trailing byte mixed alone as a sign-extended int (not Murmur3's usual
+    tail). Runs wherever a bucket is needed outside the JVM, one key a call.
+
+    Parameters
+    ----------
+    key
+        The key's bytes.
+
+    Returns
+    -------
+    int
+        The signed 32-bit hash, as ``F.hash(col.cast("binary"))`` gives it.
+    """
+    h1 = 42
+    aligned = len(key) - len(key) % 4
+    for i in range(0, aligned, 4):
+        h1 = _mix(h1, int.from_bytes(key[i : i + 4], "little"))
+    for byte in key[aligned:]:
+        h1 = _mix(h1, (byte - 256 if byte > 127 else byte) & _MASK)
+    h1 ^= len(key)
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _MASK
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def bucket_of_key(key: bytes, elasticity_factor: int, hash: HashMode = "spark") -> int:
+    """The key bucket of a (non-null) record key, as :func:`key_bucket` computes it in Spark.
+
+    Runs in Python, one key a call (on an executor, for :class:`TaskState`'s
+    check that a key belongs to its task).
+
+    Parameters
+    ----------
+    key
+        The record key's bytes.
+    elasticity_factor
+        A power of two from 1 to 1024 (not validated here: callers pass a plan's factor).
+    hash
+        ``"spark"`` or ``"java"``.
+
+    Returns
+    -------
+    int
+        ``0 <= bucket < elasticity_factor``.
+    """
+    if _validate_mode(hash) == "java":
+        from udfs import java_hash_codes
+
+        return abs(int(java_hash_codes([key])[0])) % elasticity_factor
+    return spark_hash_bytes(key) % elasticity_factor

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from spark_elastic.dataplane.buckets import HashMode, key_bucket
+from spark_elastic.dataplane.buckets import HashMode, bucket_of_key, key_bucket
 from spark_elastic.dataplane.columns import KafkaColumns
 from spark_elastic.dataplane.ordered import frames_of
 from spark_elastic.dataplane.transforms import (
@@ -59,6 +59,7 @@ __all__ = [
     "CHECKPOINT_STATE",
     "METRICS_NAME",
     "USER_STATE",
+    "StateField",
     "TaskProcessor",
     "TaskState",
     "with_task_state",
@@ -145,12 +146,26 @@ class TaskState:
 
     _ABSENT: ClassVar[object] = object()
 
-    def __init__(self, name: str, key_bucket: int, elasticity_factor: int, store: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        key_bucket: int,
+        elasticity_factor: int,
+        store: Any,
+        *,
+        fields: tuple[StateField, ...] | None = None,
+        hash: HashMode = "spark",
+        known_hashes: Mapping[bytes, int] | None = None,
+    ) -> None:
         self.name = name
         """The virtual task's name, e.g. ``Partition 0_1_2``."""
         self.key_bucket = key_bucket
         self.elasticity_factor = elasticity_factor
         self._store = store
+        self._fields = fields
+        self._hash: HashMode = hash
+        # Key hashes Spark already computed for this batch's records: most puts need no hashing.
+        self._known_hashes = dict(known_hashes or {})
         self._cache: dict[bytes, Any] = {}
         self._dirty: set[bytes] = set()
 
@@ -191,10 +206,41 @@ class TaskState:
         value
             The new value, in the order of ``state_schema``; buffered until
             ``process`` returns, committed with the micro-batch.
+
+        Raises
+        ------
+        ArgumentTypeError
+            A field's value does not have the field's type (Arrow would store
+            it as null); the message names the key, field, type and value.
+        ArgumentError
+            The value has the wrong number of fields, or the key's bucket is
+            not this task's: state is keyed by the task's record keys, and a
+            rescale would move any other key to another task or lose it.
         """
         k = _state_key(key)
-        self._cache[k] = tuple(_native(v) for v in value)
+        values = tuple(_native(v) for v in value)
+        if self._fields is not None:
+            _check_value(k, values, self._fields)
+        self._check_owned(k)
+        self._cache[k] = values
         self._dirty.add(k)
+
+    def _check_owned(self, key: bytes) -> None:
+        if self.elasticity_factor == 1:
+            return
+        known = self._known_hashes.get(key)
+        if known is not None:
+            bucket = known % self.elasticity_factor
+        else:
+            bucket = bucket_of_key(key, self.elasticity_factor, self._hash)
+        if bucket != self.key_bucket:
+            raise ArgumentError(
+                f"task.put({key!r}): the key is in bucket {bucket} of {self.elasticity_factor}, "
+                f"not in this virtual task's ({self.name}, bucket {self.key_bucket}); state is "
+                "keyed by record keys (the rows' key column), because a rescale moves each "
+                "entry to the task its key hashes to, so a key of another task, such as a "
+                "shared counter, would be lost or split at the next rescale"
+            )
 
     def delete(self, key: bytes | str) -> None:
         """Forget ``key`` (buffered like :meth:`put`).
@@ -233,6 +279,66 @@ def _native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+@dataclass(frozen=True)
+class StateField:
+    """One field of ``state_schema``: name, Spark type and how Python values are checked.
+
+    Built on the driver, pickled to executors with the processor.
+
+    Attributes
+    ----------
+    name
+        The field's name.
+    type
+        Its Spark type, e.g. ``"bigint"``.
+    kind
+        ``"int"``, ``"float"``, ``"bool"``, ``"str"``, ``"bytes"`` or ``"other"``
+        (not checked: dates, decimals, nested types).
+    """
+
+    name: str
+    type: str
+    kind: str
+
+
+_INT_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+
+
+def _check_value(key: bytes, values: tuple[Any, ...], fields: tuple[StateField, ...]) -> None:
+    """Refuse a value Arrow would store as null or mangle (runs on an executor, per put)."""
+    if len(values) != len(fields):
+        raise ArgumentError(
+            f"task.put({key!r}, value): expected {len(fields)} fields "
+            f"({', '.join(f.name for f in fields)}) as in state_schema, found {len(values)}: "
+            f"{values!r}"
+        )
+    for field_, value in zip(fields, values, strict=True):
+        if value is None or _fits(value, field_):
+            continue
+        raise ArgumentTypeError(
+            f"task.put({key!r}, value): field {field_.name!r} of state_schema expects "
+            f"{field_.type}, found {type(value).__name__} {value!r}; nothing was written"
+        )
+
+
+def _fits(value: Any, field_: StateField) -> bool:
+    kind = field_.kind
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        bits = _INT_BITS.get(field_.type, 64)
+        return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bytes":
+        return isinstance(value, bytes | bytearray)
+    return True
+
+
 def _as_kind(value: Any, kind: str) -> Any:
     """A seed value as the Python type its state field needs (``kind`` from :func:`_kind_of`)."""
     value = _native(value)
@@ -257,6 +363,10 @@ def _kind_of(data_type: Any) -> str:
         return "float"
     if isinstance(data_type, T.BooleanType):
         return "bool"
+    if isinstance(data_type, T.StringType):
+        return "str"
+    if isinstance(data_type, T.BinaryType):
+        return "bytes"
     return "other"
 
 
@@ -278,15 +388,19 @@ class _ElasticProcessor:
         routes: Mapping[int, _TaskRoute],
         elasticity_factor: int,
         state_schema: str,
-        state_kinds: tuple[str, ...],
+        state_fields: tuple[StateField, ...],
         output_columns: tuple[str, ...],
         bucket_checkpoints: bool = True,
+        hash: HashMode = "spark",
+        key_column: str = "key",
     ) -> None:
         self.user = user
         self.routes = dict(routes)
         self.factor = elasticity_factor
         self.state_schema = state_schema
-        self.state_kinds = state_kinds
+        self.state_fields = state_fields
+        self.hash: HashMode = hash
+        self.key_column = key_column
         self.bucket_checkpoints = bucket_checkpoints
         self.output_columns = output_columns
 
@@ -307,7 +421,9 @@ class _ElasticProcessor:
                 # Seed columns are nullable, so pandas may hand integers over as floats.
                 values = tuple(
                     _as_kind(getattr(row, c), kind)
-                    for c, kind in zip(value_columns, self.state_kinds, strict=True)
+                    for c, kind in zip(
+                        value_columns, (f.kind for f in self.state_fields), strict=True
+                    )
                 )
                 self.state.updateValue((bytes(row.key),), values)
             else:
@@ -342,7 +458,20 @@ class _ElasticProcessor:
         resolve_ns = time.perf_counter_ns() - started - bucket_ns
 
         if len(fresh):
-            state = TaskState(route.name, route.key_bucket, self.factor, self.state)
+            known = {
+                _state_key(k): int(b)
+                for k, b in zip(fresh[self.key_column], fresh[BUCKET_HASH], strict=True)
+                if k is not None
+            }
+            state = TaskState(
+                route.name,
+                route.key_bucket,
+                self.factor,
+                self.state,
+                fields=self.state_fields,
+                hash=self.hash,
+                known_hashes=known,
+            )
             user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
             for out in frames_of(self.user.process(state, user_rows)):
                 yield self._rows(out)
@@ -538,7 +667,9 @@ def with_task_state(
 
             routed = routed.filter(F.col("virtual_task").isin(list(owned)))
         routed = routed.repartition(routing.task_count, "routing_key")
-        return _run(spark, processor, routed, routing, checkpoint, spec, bucket_checkpoints)
+        return _run(
+            spark, processor, routed, routing, checkpoint, spec, bucket_checkpoints, cols.key
+        )
 
     return transform
 
@@ -599,6 +730,7 @@ def _run(
     checkpoint: Path,
     spec: JobSpec,
     bucket_checkpoints: bool,
+    key_column: str = "key",
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -620,9 +752,14 @@ def _run(
         routes,
         plan.elasticity_factor,
         ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in state.fields),
-        tuple(_kind_of(f.dataType) for f in state.fields),
+        tuple(
+            StateField(f.name, f.dataType.simpleString(), _kind_of(f.dataType))
+            for f in state.fields
+        ),
         tuple(output.fieldNames()),
         bucket_checkpoints,
+        spec.hash,  # type: ignore[arg-type]
+        key_column,
     )
     initial = None
     seed = seed_dir(checkpoint)
