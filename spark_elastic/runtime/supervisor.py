@@ -5,10 +5,11 @@ calls in from its event loop, one call at a time, so nothing here locks.
 
 The recipe, in small steps:
 
-1. **Plan once.** A new store gets the job model: the plan's virtual tasks,
-   sorted by (partition, bucket), cut into contiguous balanced chunks, one per
-   container, so each partition's tasks sit in as few containers as balance
-   allows (:func:`initial_assignment`). A store that has a model keeps it:
+1. **Plan once.** A new store gets the job model: the KIP-441 assignor
+   decides how many of the plan's virtual tasks each container takes (by
+   capacity, within one task), and each takes a contiguous run of them in
+   (partition, bucket) order, so each partition's tasks sit in as few
+   containers as balance allows (:func:`initial_assignment`). A store that has a model keeps it:
    the job definition must still match it, so a restart never remaps keys.
 2. **Lease.** A heartbeat, registration or progress report from a live
    container renews its lease at the coordinator's monotonic time of receipt.
@@ -17,9 +18,11 @@ The recipe, in small steps:
    expired plus the margin (:meth:`LeaseTerms.reassignable_at`); a container
    that never registered is given ``startup_s`` instead, and one whose
    process is gone before it registered held no lease at all.
-4. **Fail over.** Each expired container is replaced by a new one: new id,
-   next generation, new checkpoint directory, the old checkpoint as its
-   source (it forks the committed prefix). The new job model version, the
+4. **Fail over.** Each expired container is replaced by a new one that takes
+   exactly its tasks (the assignor returns a balanced assignment unchanged,
+   and the successor carries the old one's state, so it is the same client
+   in a new generation): new id, next generation, new checkpoint directory,
+   the old checkpoint as its source (it forks the committed prefix). The new job model version, the
    container rows and the events commit in one transaction, then the old
    process (if still there) is killed and the new one launched.
 5. **Restart.** A coordinator started on an existing store re-adopts the live
@@ -115,12 +118,17 @@ def _locality_key(task: str) -> tuple[int, int, str]:
     return (partition, name.key_bucket, task)
 
 
-def initial_assignment(tasks: Sequence[str], containers: int) -> list[tuple[str, ...]]:
-    """Split tasks into ``containers`` contiguous, balanced chunks in (partition, bucket) order.
+def initial_assignment(
+    tasks: Sequence[str], containers: int, capacities: Sequence[float] | None = None
+) -> list[tuple[str, ...]]:
+    """Share tasks among containers with the KIP-441 assignor, each share contiguous.
 
-    Contiguous chunks keep a partition's virtual tasks together, so each
-    container reads as few partitions as balance allows; chunk sizes differ
-    by at most one (the larger ones first).
+    The assignor (:func:`spark_elastic.assign`) decides how many tasks each
+    container gets: shares follow capacities and differ by at most one task
+    from them. Which tasks is decided here: in (partition, bucket) order, the
+    first container takes the first contiguous run, and so on. Contiguous runs
+    keep a partition's virtual tasks together, so each container reads as few
+    partitions as balance allows (SEP-32's grouper optimization).
 
     Parameters
     ----------
@@ -128,23 +136,45 @@ def initial_assignment(tasks: Sequence[str], containers: int) -> list[tuple[str,
         Virtual task names.
     containers
         How many containers, at least 1 and at most the task count.
+    capacities
+        Each container's relative size (default: all 1).
 
     Returns
     -------
     list[tuple[str, ...]]
-        One sorted tuple of task names per container.
+        One sorted tuple of task names per container, in container order.
+
+    Raises
+    ------
+    ArgumentError
+        ``containers`` out of range, or capacities not one positive number
+        per container.
     """
+    from spark_elastic.assignment.assignor import assign
+    from spark_elastic.assignment.model import ClientState, TaskSpec
+
     if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
         raise ArgumentError.invalid("containers", "a whole number >= 1", containers)
     if containers > len(tasks):
         raise ArgumentError.invalid(
             "containers", f"at most the job's {len(tasks)} virtual tasks", containers
         )
+    weights = [1.0] * containers if capacities is None else list(capacities)
+    if len(weights) != containers:
+        raise ArgumentError.invalid(
+            "capacities", f"one capacity per container ({containers})", len(weights)
+        )
+    # Ids that sort like their positions: the assignor breaks ties by id.
+    ids = [f"container-{i:06d}" for i in range(containers)]
+    # Stateless here: a new job has no state anywhere, so nothing needs warming up.
+    result = assign(
+        [TaskSpec(task, stateful=False) for task in tasks],
+        [ClientState(i, capacity=w) for i, w in zip(ids, weights, strict=True)],
+    )
     ordered = sorted(tasks, key=_locality_key)
-    size, extra = divmod(len(ordered), containers)
     chunks, start = [], 0
-    for i in range(containers):
-        end = start + size + (1 if i < extra else 0)
+    for i in ids:
+        end = start + len(result.assignment[i].active)
         chunks.append(tuple(sorted(ordered[start:end])))
         start = end
     return chunks

@@ -123,6 +123,15 @@ def test_initial_assignment_keeps_each_partitions_tasks_together() -> None:
         initial_assignment(TASKS, 13)
 
 
+def test_initial_shares_follow_capacities_and_stay_contiguous() -> None:
+    chunks = initial_assignment(TASKS, 3, capacities=(2, 1, 1))
+    assert [len(c) for c in chunks] == [6, 3, 3]
+    # TASKS is in (partition, bucket) order: the shares are its consecutive runs.
+    assert [t for chunk in chunks for t in sorted(chunk, key=TASKS.index)] == list(TASKS)
+    with pytest.raises(ArgumentError, match="one capacity per container"):
+        initial_assignment(TASKS, 3, capacities=(1, 1))
+
+
 def test_the_job_model_is_served_and_containers_register(coordinator: Coordinator) -> None:
     status, model = call(f"{coordinator.url}/jobModel")
     assert status == 200
