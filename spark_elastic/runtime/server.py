@@ -155,7 +155,11 @@ class _Metrics:
         for state in ("launching", "running", "expired", "stopped"):
             self.containers.labels(state).set(states.get(state, 0))
         for task in status["tasks"]:
-            self.lag.labels(task["task"]).set(task["lag"])
+            if task["lag"] >= 0:
+                self.lag.labels(task["task"]).set(task["lag"])
+            else:  # its owner has not reported yet: no figure rather than a stale one
+                with contextlib.suppress(KeyError):
+                    self.lag.remove(task["task"])
 
 
 class CoordinatorServer:

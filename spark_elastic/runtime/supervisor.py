@@ -644,8 +644,12 @@ class Supervisor:
             {
                 "task": task,
                 "container": owner.get(task),
+                # Where the owner starts from, even if a previous owner committed it.
                 "offsets": progress.get(task, {}).get("offsets", {}),
-                "lag": progress.get(task, {}).get("lag", -1),
+                # A previous owner's lag went stale when it stopped: -1 until the owner reports.
+                "lag": progress[task]["lag"]
+                if progress.get(task, {}).get("container") == owner.get(task)
+                else -1,
             }
             for task in sorted(owner, key=_locality_key)
         ]

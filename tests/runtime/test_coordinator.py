@@ -205,6 +205,48 @@ def test_a_killed_container_is_replaced_only_after_its_lease_and_margin(
     wait_until("the replacement registers", lambda: "clicks-c3" in coordinator.running())
 
 
+def report_progress(url: str, container: dict[str, Any], lag: int) -> None:
+    tasks = [{"task": t, "offsets": {"clicks": {"0": 10}}, "lag": lag} for t in container["tasks"]]
+    body = {
+        "containerId": container["containerId"],
+        "generation": container["generation"],
+        "batchId": 0,
+        "recordsRead": 10,
+        "recordsProcessed": 10,
+        "tasks": tasks,
+    }
+    assert call(f"{url}/containers/progress", body)[0] == 200
+
+
+def lags(coordinator: Coordinator) -> dict[str, int]:
+    return {t["task"]: t["lag"] for t in coordinator.status()["tasks"]}
+
+
+def test_lag_is_the_owners_and_unknown_until_a_new_owner_reports(
+    coordinator: Coordinator,
+) -> None:
+    running = wait_until(
+        "two registered containers",
+        lambda: len(coordinator.running()) == 2 and coordinator.running(),
+    )
+    containers = {c["containerId"]: c for c in coordinator.status()["containers"]}
+    victim = containers["clicks-c1"]
+    assert set(lags(coordinator).values()) == {-1}  # nothing reported yet
+    report_progress(coordinator.url, victim, lag=7)
+    assert {lags(coordinator)[t] for t in victim["tasks"]} == {7}
+    metric = f'spark_elastic_task_lag_records{{task="{victim["tasks"][0]}"}} 7.0'
+    assert metric in urllib.request.urlopen(f"{coordinator.url}/metrics").read().decode()
+
+    os.killpg(running["clicks-c1"], signal.SIGKILL)
+    wait_until("a replacement", lambda: "clicks-c3" in coordinator.running())
+    # The old owner's lag stopped being true when it died: no figure, not a stale 7.
+    assert {lags(coordinator)[t] for t in victim["tasks"]} == {-1}
+    assert metric not in urllib.request.urlopen(f"{coordinator.url}/metrics").read().decode()
+    successor = {c["containerId"]: c for c in coordinator.status()["containers"]}["clicks-c3"]
+    report_progress(coordinator.url, successor, lag=3)
+    assert {lags(coordinator)[t] for t in victim["tasks"]} == {3}
+
+
 def test_a_paused_container_is_told_it_is_dead_when_it_wakes(coordinator: Coordinator) -> None:
     running = wait_until(
         "two registered containers",
