@@ -110,6 +110,17 @@ def register(subparsers: Any) -> None:
         help="container heartbeat interval (1000)",
     )
     run.add_argument(
+        "--heartbeat-timeout-ms",
+        type=_positive_ms,
+        help="time limit of one heartbeat request (twice the interval, within 1000-5000)",
+    )
+    run.add_argument(
+        "--heartbeat-retries",
+        type=_count,
+        default=6,
+        help="failed heartbeats in a row before a container gives up (6, as Samza)",
+    )
+    run.add_argument(
         "--startup-ms",
         type=_positive_ms,
         default=180_000,
@@ -151,9 +162,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     container_env = {
         "SPARK_ELASTIC_HEARTBEAT_MS": str(args.heartbeat_ms),
+        "SPARK_ELASTIC_HEARTBEAT_RETRIES": str(args.heartbeat_retries),
         "SPARK_ELASTIC_WRITE_BUDGET_MS": str(args.write_budget_ms),
         "SPARK_ELASTIC_CONF": json.dumps(dict(args.conf)),
     }
+    if args.heartbeat_timeout_ms:
+        container_env["SPARK_ELASTIC_HEARTBEAT_TIMEOUT_MS"] = str(args.heartbeat_timeout_ms)
     if args.master:
         container_env["SPARK_ELASTIC_MASTER"] = args.master
     if args.token:

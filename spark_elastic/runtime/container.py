@@ -11,6 +11,8 @@ environment variables (SAMZA-871 names the first):
 ``SPARK_ELASTIC_CONF``             JSON object of extra Spark settings, over the job's
 ``SPARK_ELASTIC_HEARTBEAT_MS``     heartbeat interval (default 1000; first one at once)
 ``SPARK_ELASTIC_HEARTBEAT_RETRIES`` failed heartbeats in a row before giving up (6)
+``SPARK_ELASTIC_HEARTBEAT_TIMEOUT_MS`` one request's time limit (twice the interval,
+                                   1 to 5 s)
 ``SPARK_ELASTIC_SHUTDOWN_MS``      graceful-stop limit before a forced ``exit(1)`` (30000)
 ``SPARK_ELASTIC_WRITE_BUDGET_MS``  lease that must remain to start a write (3000)
 ``SPARK_ELASTIC_TOKEN``            bearer token, when the coordinator requires one
@@ -99,6 +101,11 @@ class ContainerSettings:
         Interval between heartbeats.
     heartbeat_retries
         Failed heartbeats in a row tolerated before the container gives up.
+    heartbeat_timeout_s
+        Time limit of one request to the coordinator; ``None`` for twice the
+        interval, kept within 1 to 5 s (a frozen coordinator accepts
+        connections but never answers, and a short limit keeps Samza's retries
+        close to their interval).
     shutdown_s
         How long a graceful stop may take before a forced exit.
     write_budget_s
@@ -115,6 +122,7 @@ class ContainerSettings:
     master: str = "local[2]"
     heartbeat_s: float = 1.0
     heartbeat_retries: int = 6
+    heartbeat_timeout_s: float | None = None
     shutdown_s: float = 30.0
     write_budget_s: float = 3.0
     token: str | None = None
@@ -160,6 +168,7 @@ class ContainerSettings:
             master=env.get("SPARK_ELASTIC_MASTER") or "local[2]",
             heartbeat_s=_millis(env, "SPARK_ELASTIC_HEARTBEAT_MS", 1000) / 1000,
             heartbeat_retries=int(_millis(env, "SPARK_ELASTIC_HEARTBEAT_RETRIES", 6)),
+            heartbeat_timeout_s=_timeout(env),
             shutdown_s=_millis(env, "SPARK_ELASTIC_SHUTDOWN_MS", 30_000) / 1000,
             write_budget_s=_millis(env, "SPARK_ELASTIC_WRITE_BUDGET_MS", 3000) / 1000,
             token=env.get("SPARK_ELASTIC_TOKEN") or None,
@@ -179,6 +188,16 @@ def _conf(text: str) -> dict[str, str]:
             "SPARK_ELASTIC_CONF", 'a JSON object of strings, e.g. {"spark.cores.max": "1"}', text
         )
     return conf
+
+
+def _timeout(env: Mapping[str, str]) -> float | None:
+    name = "SPARK_ELASTIC_HEARTBEAT_TIMEOUT_MS"
+    if not env.get(name):
+        return None
+    millis = _millis(env, name, 0)
+    if millis < 1:
+        raise ArgumentError.invalid(name, "a whole number of milliseconds >= 1", env[name])
+    return millis / 1000
 
 
 def _millis(env: Mapping[str, str], name: str, default: int) -> float:
@@ -556,9 +575,7 @@ def run_container(settings: ContainerSettings) -> int:
         The process exit code.
     """
     job, module = load_job_and_module(settings.job)
-    # A frozen coordinator accepts connections but never answers: a short timeout keeps
-    # Samza's retries close to their interval.
-    timeout = min(5.0, max(1.0, 2 * settings.heartbeat_s))
+    timeout = settings.heartbeat_timeout_s or min(5.0, max(1.0, 2 * settings.heartbeat_s))
     client = CoordinatorClient(settings.coordinator_url, settings.token, timeout)
     # On this side only the write budget and the drift allowance matter; the lease's length
     # comes with every reply, and the margin is the coordinator's.

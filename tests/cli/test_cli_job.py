@@ -81,6 +81,8 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
         (("--lease-ms", "x"), "--lease-ms"),
         (("--port", "70000"), "--port"),
         (("--conf", "novalue"), "KEY=VALUE"),
+        (("--heartbeat-timeout-ms", "0"), "--heartbeat-timeout-ms"),
+        (("--heartbeat-retries", "-1"), "--heartbeat-retries"),
     ],
 )
 def test_bad_options_are_one_line(args: tuple[str, ...], needle: str) -> None:
