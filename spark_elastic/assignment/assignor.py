@@ -32,6 +32,7 @@ first (KIP-441's worked examples keep the lower-numbered tasks in place).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -44,6 +45,7 @@ from typing import TypeVar
 from spark_elastic.assignment.model import (
     AssignmentConfig,
     AssignmentResult,
+    AssignmentWarning,
     ClientAssignment,
     ClientState,
     ProbingRebalance,
@@ -106,10 +108,19 @@ def assign(
     ArgumentTypeError
         An item is not a :class:`TaskSpec` / :class:`ClientState`.
     AssignmentError
-        Duplicate ids; a client reports a lag or a previous replica of an
-        unknown task (or a standby or lag of a stateless one); more standbys
-        than the clients can host; tasks but no client that is staying; a
-        staying client's capacity below 1e-300 times the largest staying one's.
+        Duplicate ids; a client lists a task in more than one of its previous
+        active, standby and warm-up tasks; tasks but no client that is
+        staying; a staying client's capacity below 1e-300 times the largest
+        staying one's.
+
+    Notes
+    -----
+    Input that is valid but cannot be fully satisfied, or is stale, is not an
+    error: with fewer staying clients than ``num_standby_replicas + 1``, every
+    stateful task gets as many standbys as there are other staying clients
+    (the most caught-up first); lags and previous replicas of tasks that are
+    not in the job, and lags, standbys and warm-ups of stateless tasks, are
+    ignored. Each such case is one entry of :attr:`AssignmentResult.warnings`.
     """
     problem = _index(tasks, clients, config)
     owners = _running_owners(problem)
@@ -217,6 +228,8 @@ class _Problem:
     state_holders: tuple[frozenset[int], ...]
     standby_count: int
     """Standbys per stateful task: ``min(num_standby_replicas, staying - 1)``."""
+    warnings: tuple[AssignmentWarning, ...]
+    """What could not be done or was ignored, for :attr:`AssignmentResult.warnings`."""
 
     def lag(self, task: int, client: int) -> int:
         """Offsets ``client`` is behind on ``task``: the whole state when it has none."""
@@ -260,22 +273,21 @@ def _index(
     running: list[list[int]] = [[] for _ in task_list]
     previous_standby: list[set[int]] = [set() for _ in task_list]
     previous_warmup: list[set[int]] = [set() for _ in task_list]
-    for c, client in enumerate(client_list):
+    stateful_by_id = {task.id: task.stateful for task in task_list}
+    reports = [_without_stale(client, stateful_by_id) for client in client_list]
+    for c, (client, _) in enumerate(reports):
         for task_id, lag in client.lags.items():
-            t = _known_task(task_index, task_id, client.id, "lags")
-            _require_stateful(stateful[t], task_id, client.id, "a lag")
-            lags[t][c] = lag
+            lags[task_index[task_id]][c] = lag
         for task_id in client.previous_active:
-            t = _known_task(task_index, task_id, client.id, "previous active tasks")
+            t = task_index[task_id]
             running[t].append(c)
             lags[t][c] = 0
-        for listed, replicas, kind in (
-            (client.previous_standby, previous_standby, "standby"),
-            (client.previous_warmup, previous_warmup, "warm-up"),
+        for listed, replicas in (
+            (client.previous_standby, previous_standby),
+            (client.previous_warmup, previous_warmup),
         ):
             for task_id in listed:
-                t = _known_task(task_index, task_id, client.id, f"previous {kind} tasks")
-                _require_stateful(stateful[t], task_id, client.id, f"a {kind} replica")
+                t = task_index[task_id]
                 if c in running[t] or c in previous_standby[t] or c in previous_warmup[t]:
                     raise AssignmentError(
                         f"client {client.id!r}: task {task_id!r} is listed in more than one "
@@ -299,13 +311,7 @@ def _index(
             f"clients: {len(task_list)} tasks need at least one client that is not leaving, "
             f"found {len(client_list)} clients, all leaving"
         )
-    standbys = config.num_standby_replicas
-    if standbys and any(stateful) and standbys > len(client_list) - 1:
-        raise AssignmentError(
-            f"num_standby_replicas: {standbys} standbys per stateful task need at least "
-            f"{standbys + 1} clients (an active and its standbys are on distinct clients), "
-            f"found {len(client_list)}"
-        )
+    standby_count = min(config.num_standby_replicas, len(staying) - 1) if staying else 0
     weight = _weights(client_list, staying)
     acceptable = config.acceptable_recovery_lag
     ready = tuple(
@@ -337,7 +343,13 @@ def _index(
         previous_warmup=tuple(frozenset(s) for s in previous_warmup),
         ready=ready,
         state_holders=holders,
-        standby_count=min(standbys, len(staying) - 1) if staying else 0,
+        standby_count=standby_count,
+        warnings=_sorted_warnings(
+            [
+                *(warning for _, warnings in reports for warning in warnings),
+                *_standby_shortfall(task_list, config.num_standby_replicas, len(staying)),
+            ]
+        ),
     )
 
 
@@ -396,19 +408,77 @@ def _warm_first(clients: list[int], warmed: set[int]) -> tuple[int, ...]:
     return tuple(sorted(clients, key=lambda c: (c not in warmed, c)))
 
 
-def _known_task(task_index: Mapping[str, int], task_id: str, client_id: str, where: str) -> int:
-    t = task_index.get(task_id)
-    if t is None:
-        raise AssignmentError(f"client {client_id!r}: {where}: unknown task {task_id!r}")
-    return t
+def _without_stale(
+    client: ClientState, stateful: Mapping[str, bool]
+) -> tuple[ClientState, tuple[AssignmentWarning, ...]]:
+    """The client's report without what it says about tasks that are gone or stateless.
 
+    A live cluster reports what it last ran: after a topology change a client
+    may still hold state of a task removed from the job, or of one that is
+    stateless now. Kafka ignores such reports, and so do we, with one warning
+    per client and task.
+    """
+    ignored: dict[tuple[str, str], list[str]] = {}
 
-def _require_stateful(stateful: bool, task_id: str, client_id: str, what: str) -> None:
-    if not stateful:
-        raise AssignmentError(
-            f"client {client_id!r}: reports {what} for stateless task {task_id!r}; "
-            "only stateful tasks have state"
+    def keep(task_id: str, where: str, needs_state: bool) -> bool:
+        known = task_id in stateful
+        if known and (stateful[task_id] or not needs_state):
+            return True
+        kind = "stateless-task" if known else "unknown-task"
+        ignored.setdefault((kind, task_id), []).append(where)
+        return False
+
+    cleaned = dataclasses.replace(
+        client,
+        lags={t: lag for t, lag in client.lags.items() if keep(t, "a lag", True)},
+        previous_active=[t for t in client.previous_active if keep(t, "an active", False)],
+        previous_standby=[t for t in client.previous_standby if keep(t, "a standby", True)],
+        previous_warmup=[t for t in client.previous_warmup if keep(t, "a warm-up", True)],
+    )
+    warnings = tuple(
+        AssignmentWarning(
+            kind,
+            task_id,
+            client.id,
+            f"client {client.id!r} reports {' and '.join(where)} of task {task_id!r}, "
+            + ("which is stateless" if kind == "stateless-task" else "which is not in the job")
+            + ": ignored",
         )
+        for (kind, task_id), where in ignored.items()
+    )
+    return cleaned, warnings
+
+
+def _standby_shortfall(
+    task_list: Sequence[TaskSpec], wanted: int, staying: int
+) -> Iterator[AssignmentWarning]:
+    """A warning per stateful task when the staying clients cannot host every standby.
+
+    Kafka assigns as many standbys as there are other clients and logs the
+    rest; refusing to assign at all would leave a job without any assignment
+    exactly when a client has crashed.
+    """
+    hosted = max(staying - 1, 0)
+    if wanted <= hosted:
+        return
+    for task in task_list:
+        if task.stateful:
+            yield AssignmentWarning(
+                "standby-shortfall",
+                task.id,
+                None,
+                f"task {task.id!r} gets {hosted} of {wanted} standby replicas: "
+                f"{staying} staying clients host at most {hosted} besides the active",
+            )
+
+
+def _sorted_warnings(warnings: Iterable[AssignmentWarning]) -> tuple[AssignmentWarning, ...]:
+    return tuple(
+        sorted(
+            warnings,
+            key=lambda w: (w.kind, natural_key(w.task), natural_key(w.client or "")),
+        )
+    )
 
 
 # -- step 1: where tasks run now -------------------------------------------------------------
@@ -1403,6 +1473,7 @@ def _result(problem: _Problem, placement: _Placement) -> AssignmentResult:
             if problem.leaving[c] and not actives[c]
         ),
         pending_moves=placement.pending,
+        warnings=problem.warnings,
     )
 
 

@@ -19,6 +19,7 @@ from spark_elastic.errors import ArgumentError, ArgumentTypeError
 __all__ = [
     "AssignmentConfig",
     "AssignmentResult",
+    "AssignmentWarning",
     "ClientAssignment",
     "ClientState",
     "ProbingRebalance",
@@ -281,6 +282,34 @@ class ProbingRebalance:
 
 
 @dataclass(frozen=True, slots=True)
+class AssignmentWarning:
+    """Something the assignor could not do, or input it ignored; the assignment is still valid.
+
+    Attributes
+    ----------
+    kind
+        ``"standby-shortfall"``: a stateful task got fewer standbys than
+        ``num_standby_replicas``, because fewer staying clients than that are
+        left besides its active (``client`` is ``None``).
+        ``"unknown-task"``: a client reported state or a previous replica of a
+        task that is not in the job (removed since); ignored.
+        ``"stateless-task"``: a client reported a lag, standby or warm-up of a
+        task that is stateless (now); ignored.
+    task
+        The task concerned.
+    client
+        The client that reported it, or ``None`` for a warning about the task alone.
+    detail
+        One human-readable sentence: what was found and what was done.
+    """
+
+    kind: str
+    task: str
+    client: str | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class AssignmentResult:
     """The outcome of one rebalance.
 
@@ -295,12 +324,17 @@ class AssignmentResult:
     pending_moves
         Replicas (active or standby) of the balanced target that are not in
         place yet because their client is still catching up; 0 once balanced.
+    warnings
+        What the assignor could not do (standbys short of the configured
+        count) or ignored (stale reports of removed or stateless tasks), in
+        order of kind, task and client; empty when it did all it was asked.
     """
 
     assignment: Mapping[str, ClientAssignment] = field(hash=False)
     probing_rebalance: ProbingRebalance
     may_shut_down: tuple[str, ...]
     pending_moves: int = field(default=0)
+    warnings: tuple[AssignmentWarning, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignment", MappingProxyType(dict(self.assignment)))

@@ -12,7 +12,13 @@ Output::
 
     {"assignment": {"c1": {"active": [...], "standby": [...], "warmup": [...]}, ...},
      "probing_rebalance": {"needed": true, "after_ms": 600000},
-     "may_shut_down": [...]}
+     "may_shut_down": [...],
+     "warnings": [{"kind": "standby-shortfall", "task": "t1", "client": null,
+                   "detail": "..."}, ...]}
+
+Warnings (standbys short of the configured count, reports of removed or
+stateless tasks ignored) are also printed on stderr, one line each; the exit
+status stays 0. Malformed input is one line on stderr and exit status 2.
 
 Every key but ``tasks[].id`` and ``clients[].id`` is optional (defaults as in
 :class:`~spark_elastic.AssignmentConfig`, :class:`~spark_elastic.TaskSpec` and
@@ -25,6 +31,7 @@ is a key given twice in one object (JSON would keep the last silently).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -87,26 +94,35 @@ def run(args: argparse.Namespace) -> int:
             "after_ms": result.probing_rebalance.after_ms,
         },
         "may_shut_down": list(result.may_shut_down),
+        "warnings": [dataclasses.asdict(warning) for warning in result.warnings],
     }
     sys.stdout.write(json.dumps(output) if args.compact else _readable(output))
     sys.stdout.write("\n")
+    for warning in result.warnings:
+        print(f"spark-elastic assign: warning: {warning.kind}: {warning.detail}", file=sys.stderr)
     return 0
 
 
 def _readable(output: Mapping[str, Any]) -> str:
-    """Indented JSON with one line per client (``json.dumps(indent=2)`` puts every task on one)."""
+    """Indented JSON with one line per client and per warning (``json.dumps(indent=2)`` puts
+    every task on a line of its own)."""
     clients = [
         f"    {json.dumps(client)}: {json.dumps(tasks)}"
         for client, tasks in output["assignment"].items()
     ]
-    assignment = "{\n" + ",\n".join(clients) + "\n  }" if clients else "{}"
+    warnings = [f"    {json.dumps(warning)}" for warning in output["warnings"]]
     return (
         "{\n"
-        f'  "assignment": {assignment},\n'
+        f'  "assignment": {_block(clients, "{", "}")},\n'
         f'  "probing_rebalance": {json.dumps(output["probing_rebalance"])},\n'
-        f'  "may_shut_down": {json.dumps(output["may_shut_down"])}\n'
+        f'  "may_shut_down": {json.dumps(output["may_shut_down"])},\n'
+        f'  "warnings": {_block(warnings, "[", "]")}\n'
         "}"
     )
+
+
+def _block(lines: list[str], opening: str, closing: str) -> str:
+    return opening + "\n" + ",\n".join(lines) + "\n  " + closing if lines else opening + closing
 
 
 def _load(source: str) -> object:

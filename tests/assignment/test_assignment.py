@@ -11,6 +11,7 @@ from spark_elastic.assignment.assignor import assign, is_balanced
 from spark_elastic.assignment.model import (
     AssignmentConfig,
     AssignmentResult,
+    AssignmentWarning,
     ClientAssignment,
     ClientState,
     TaskSpec,
@@ -148,18 +149,37 @@ def test_duplicate_task_or_client_ids_are_inconsistent_input() -> None:
         assign(tasks("t1"), [client("c1"), client("c1")])
 
 
-def test_a_lag_or_previous_task_that_does_not_exist_is_inconsistent_input() -> None:
-    with pytest.raises(AssignmentError, match="unknown task 'ghost'"):
-        assign(tasks("t1"), [client("c1", lags={"ghost": 3})])
-    with pytest.raises(AssignmentError, match="unknown task 'ghost'"):
-        assign(tasks("t1"), [client("c1", active=["ghost"])])
+def test_state_reported_for_a_task_no_longer_in_the_job_is_ignored_with_a_warning() -> None:
+    # After a topology change a client still holds what it ran: Kafka ignores it, so do we.
+    reported = [client("c1", active=["t1", "ghost"], lags={"ghost": 3}), client("c2")]
+    result = assign(tasks("t1"), reported)
+    assert table(result) == {"c1": (["t1"], [], []), "c2": ([], [], [])}
+    assert result.warnings == (
+        AssignmentWarning(
+            "unknown-task",
+            "ghost",
+            "c1",
+            "client 'c1' reports a lag and an active of task 'ghost', which is not in the job: "
+            "ignored",
+        ),
+    )
 
 
-def test_stateless_tasks_have_no_lag_and_no_standby() -> None:
-    with pytest.raises(AssignmentError, match="stateless task 't1'"):
-        assign(tasks("t1", stateful=False), [client("c1", lags={"t1": 0})])
-    with pytest.raises(AssignmentError, match="stateless task 't1'"):
-        assign(tasks("t1", stateful=False), [client("c1", standby=["t1"])])
+def test_a_lag_standby_or_warmup_of_a_task_now_stateless_is_ignored_with_a_warning() -> None:
+    config = AssignmentConfig(num_standby_replicas=1)
+    reported = [
+        client("c1", active=["t1"], standby=["t2"]),
+        client("c2", active=["t2"], lags={"t1": 0}, warmup=["t1"]),
+    ]
+    result = assign(tasks("t1", "t2", stateful=False), reported, config)
+    assert table(result) == {"c1": (["t1"], [], []), "c2": (["t2"], [], [])}
+    assert [(w.kind, w.task, w.client) for w in result.warnings] == [
+        ("stateless-task", "t1", "c2"),
+        ("stateless-task", "t2", "c1"),
+    ]
+    assert "reports a lag and a warm-up of task 't1', which is stateless" in (
+        result.warnings[0].detail
+    )
 
 
 def test_a_task_is_active_or_standby_on_a_client_not_both() -> None:
@@ -167,10 +187,34 @@ def test_a_task_is_active_or_standby_on_a_client_not_both() -> None:
         assign(tasks("t1"), [client("c1", active=["t1"], standby=["t1"])])
 
 
-def test_a_standby_count_the_clients_cannot_host_is_an_error() -> None:
+def test_more_standbys_than_other_clients_assigns_what_fits_and_warns_per_task() -> None:
+    # Kafka assigns as many standbys as there are other clients and warns: a crash that
+    # leaves too few clients must not leave the job without any assignment.
     config = AssignmentConfig(num_standby_replicas=2)
-    with pytest.raises(AssignmentError, match=r"need at least 3 clients .*, found 2"):
-        assign(tasks("t1"), [client("c1"), client("c2")], config)
+    survivors = [client("c1", active=["t1"], standby=["t2"]), client("c2", active=["t2"])]
+    result = assign(tasks("t1", "t2", "t3"), [*survivors, client("c3", leaving=True)], config)
+    assert [c for c, a in result.assignment.items() if "t1" in a.standby] == ["c2"]
+    assert [c for c, a in result.assignment.items() if "t2" in a.standby] == ["c1"]
+    assert [(w.kind, w.task, w.client) for w in result.warnings] == [
+        ("standby-shortfall", task, None) for task in ("t1", "t2", "t3")
+    ]
+    assert result.warnings[0].detail == (
+        "task 't1' gets 1 of 2 standby replicas: 2 staying clients host at most 1 besides "
+        "the active"
+    )
+
+
+def test_with_one_client_left_no_standby_fits_and_every_stateful_task_warns() -> None:
+    config = AssignmentConfig(num_standby_replicas=1)
+    result = assign([*tasks("t1"), *tasks("s1", stateful=False)], [client("c1")], config)
+    assert table(result) == {"c1": (["s1", "t1"], [], [])}
+    assert [(w.kind, w.task) for w in result.warnings] == [("standby-shortfall", "t1")]
+
+
+def test_an_assignment_that_did_all_it_was_asked_has_no_warnings() -> None:
+    config = AssignmentConfig(num_standby_replicas=1)
+    result = assign(tasks("t1", "t2"), [client("c1"), client("c2")], config)
+    assert result.warnings == ()
 
 
 def test_tasks_need_a_client_that_is_not_leaving() -> None:

@@ -3,14 +3,18 @@
 Each seed builds a cluster (tasks in groups, some stateless; clients of
 equal or unequal capacity; random standby count, warm-up budget and
 tolerance) and then applies changes one at a time: a client joins, leaves
-(is marked leaving and shuts down once told it may), crashes, or comes back
-after a crash with its old, now stale, state. After each change the cluster
+(is marked leaving and shuts down once told it may), crashes (down to a
+single client, whatever the standby count), or comes back after a crash
+with its old, now stale, state; a task is added, removed from the job (its
+clients keep reporting its state), or turns stateless (they keep reporting
+its lags and standbys). After each change the cluster
 rebalances until no probing rebalance is needed; between rebalances every
 replica handed out catches up, and state a client no longer hosts falls
 further behind.
 
-Checked on every assignment: every rule of the assignor (``check_rules``)
-and that shuffling the input changes nothing. Checked after every change:
+Checked on every assignment: every rule of the assignor (``check_rules``,
+including a warning for every standby short and every stale report ignored)
+and that shuffling the input changes nothing; no input raises. Checked after every change:
 the assignment becomes balanced and stays put on a further rebalance, within
 the bound of the README. With ``P`` the moves the first rebalance leaves
 pending and ``w`` = ``max_warmup_replicas``: ``ceil(P / w) + 2`` rebalances
@@ -105,11 +109,36 @@ def check_rules(
         others = [c.id for c in staying if c.id != active and c.id not in standbys[task.id]]
         if standbys[task.id] and others:
             assert max(map(rank, standbys[task.id])) <= min(map(rank, others))
+    check_warnings(tasks, clients, config, result)
     idle_leaving = {c.id for c in clients if c.leaving and not result.assignment[c.id].active}
     assert set(result.may_shut_down) == idle_leaving
     assert result.probing_rebalance.needed == (result.pending_moves > 0)
     if result.probing_rebalance.needed:
         assert result.probing_rebalance.after_ms == config.probing_rebalance_interval_ms
+
+
+def check_warnings(
+    tasks: list[TaskSpec],
+    clients: list[ClientState],
+    config: AssignmentConfig,
+    result: AssignmentResult,
+) -> None:
+    """One warning per stateful task short of standbys, one per client and stale task."""
+    staying = [c for c in clients if not c.leaving]
+    short = config.num_standby_replicas > len(staying) - 1
+    expected = {("standby-shortfall", t.id, None) for t in tasks if t.stateful and short}
+    stateful = {t.id: t.stateful for t in tasks}
+    for c in clients:
+        needs_state = [*c.lags, *c.previous_standby, *c.previous_warmup]
+        for task_id in [*needs_state, *c.previous_active]:
+            if task_id not in stateful:
+                expected.add(("unknown-task", task_id, c.id))
+        for task_id in needs_state:
+            if task_id in stateful and not stateful[task_id]:
+                expected.add(("stateless-task", task_id, c.id))
+    found = [(w.kind, w.task, w.client) for w in result.warnings]
+    assert len(found) == len(set(found)), f"a warning twice: {found}"
+    assert set(found) == expected
 
 
 @dataclass
@@ -139,7 +168,8 @@ class Member:
 class Cluster:
     def __init__(self, seed: int) -> None:
         self.rng = rng = random.Random(seed)
-        groups = rng.randint(1, 4)
+        self.groups = groups = rng.randint(1, 4)
+        self.added = 0
         self.tasks = [
             TaskSpec(
                 f"t{i}",
@@ -170,14 +200,18 @@ class Cluster:
 
     def change(self) -> str:
         staying = sorted(m.id for m in self.live.values() if not m.leaving)
-        kinds = ["join"]
-        if len(staying) > self.config.num_standby_replicas + 1:
-            kinds += ["leave", "crash"]
+        kinds = ["join", "join", "add task"]
+        if len(staying) > 1:
+            kinds += ["leave", "crash", "crash"]
         if self.crashed:
             kinds.append("return")
+        if len(self.tasks) > 3:
+            kinds += ["remove task", "task turns stateless"]
         kind = self.rng.choice(kinds)
         if kind == "join":
             return self.join()
+        if kind.endswith("task") or kind.startswith("task"):
+            return self.change_topology(kind)
         if kind == "return":
             member = self.crashed.pop(self.rng.choice(sorted(self.crashed)))
             stale = self.rng.randint(0, 30_000)
@@ -191,6 +225,20 @@ class Cluster:
             return f"leave {victim}"
         self.crashed[victim] = self.live.pop(victim)
         return f"crash {victim}"
+
+    def change_topology(self, kind: str) -> str:
+        """The job changes under the clients, which keep what they hold and report it."""
+        if kind == "add task":
+            self.added += 1
+            group = f"g{self.rng.randrange(self.groups)}"
+            task = TaskSpec(f"new{self.added}", group=group, end_offset=200_000)
+            self.tasks.append(task)
+            return f"add {task.id}"
+        i = self.rng.randrange(len(self.tasks))
+        if kind == "remove task":
+            return f"remove {self.tasks.pop(i).id}"
+        self.tasks[i] = dataclasses.replace(self.tasks[i], stateful=False)
+        return f"{self.tasks[i].id} turns stateless"
 
     def clients(self) -> list[ClientState]:
         return [m.report() for m in self.live.values()]
@@ -228,6 +276,7 @@ class Cluster:
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda seed: f"seed={seed}")
 def test_cluster_converges_to_balance_within_the_bound_after_every_change(seed: int) -> None:
+    print(f"seed {seed}")
     cluster = Cluster(seed)
     warmups = cluster.config.max_warmup_replicas
     history = ["start"]
@@ -257,7 +306,8 @@ def test_cluster_converges_to_balance_within_the_bound_after_every_change(seed: 
 
 
 def odd_input(seed: int) -> tuple[list[TaskSpec], list[ClientState], AssignmentConfig]:
-    """Any consistent input: tasks running twice or nowhere, replicas on leaving clients, ..."""
+    """Any consistent input: tasks running twice or nowhere, replicas on leaving clients,
+    more standbys than clients, reports of removed tasks and of stateless tasks' state, ..."""
     rng = random.Random(seed)
     tasks = [
         TaskSpec(
@@ -281,6 +331,14 @@ def odd_input(seed: int) -> tuple[list[TaskSpec], list[ClientState], AssignmentC
         standby = [t for t in rest if rng.random() < 0.2]
         warmup = [t for t in rest if t not in standby and rng.random() < 0.1]
         lags = {t.id: rng.randint(0, 400_000) for t in tasks if t.stateful and rng.random() < 0.3}
+        if rng.random() < 0.3:  # state of a task removed from the job, as a replica or a lag
+            ghost = f"gone{rng.randint(1, 3)}"
+            lags[ghost] = rng.randint(0, 400_000)
+            [active, standby, warmup][rng.randrange(3)].append(ghost)
+        stateless = [t.id for t in tasks if not t.stateful and t.id not in active]
+        if stateless and rng.random() < 0.3:  # state of a task that is stateless now
+            lags[stateless[0]] = rng.randint(0, 400_000)
+            [standby, warmup][rng.randrange(2)].append(stateless[-1])
         capacity = rng.choice([0.5, 1.0, 2.0])
         leaving = rng.random() < 0.25
         clients.append(ClientState(f"c{c}", capacity, lags, active, standby, warmup, leaving))
@@ -291,11 +349,10 @@ def odd_input(seed: int) -> tuple[list[TaskSpec], list[ClientState], AssignmentC
 def test_any_consistent_input_gets_an_assignment_that_follows_every_rule(block: int) -> None:
     checked = 0
     for seed in range(block * 200, (block + 1) * 200):
+        print(f"seed {seed}")
         tasks, clients, config = odd_input(seed)
         staying = [c for c in clients if not c.leaving]
-        if (tasks and not staying) or (
-            any(t.stateful for t in tasks) and config.num_standby_replicas >= len(clients)
-        ):
+        if tasks and not staying:
             continue  # inconsistent: refused with an AssignmentError (see test_assignment.py)
         result = assign(tasks, clients, config)
         check_rules(tasks, clients, config, result)
@@ -308,12 +365,11 @@ def test_any_consistent_input_without_end_offsets_follows_every_rule(block: int)
     # The same inputs with every state's size unknown: a client without a lag has no state.
     checked = 0
     for seed in range(block * 200, (block + 1) * 200):
+        print(f"seed {seed}")
         tasks, clients, config = odd_input(seed)
         tasks = [dataclasses.replace(task, end_offset=None) for task in tasks]
         staying = [c for c in clients if not c.leaving]
-        if (tasks and not staying) or (
-            any(t.stateful for t in tasks) and config.num_standby_replicas >= len(clients)
-        ):
+        if tasks and not staying:
             continue
         result = assign(tasks, clients, config)
         check_rules(tasks, clients, config, result)
