@@ -244,6 +244,20 @@ def test_two_containers_run_a_stateful_job_like_one_query(
     assert job.output_rows() == reference_rows(spark, clicks)
 
 
+def test_three_containers_run_a_stateful_job_like_one_query(
+    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = start_job(containers=3)
+    model = wait_until("three containers in the job model", lambda: job.job_model()["containers"])
+    tasks = [set(c["tasks"]) for c in model]
+    assert sorted(len(t) for t in tasks) == [2, 3, 3]
+    assert len(set().union(*tasks)) == sum(len(t) for t in tasks) == 8  # each task once
+    wait_until("every record applied", all_applied(job, RECORDS))
+    # Keyed state across three applications equals one query's: every running count
+    # (user, count) at every (partition, offset), so nothing lost, nothing applied twice.
+    assert job.output_rows() == reference_rows(spark, clicks)
+
+
 def test_a_killed_container_is_replaced_and_its_tasks_lose_nothing(
     spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
