@@ -6,8 +6,11 @@ machine needs no locks. Thousands of idle heartbeat connections cost a
 coroutine each, not a thread.
 
 Bounds: request bodies up to 64 KiB (413 beyond), at most 512 requests in
-flight (503 beyond), headers and bodies read under aiohttp's limits, and a
-slow client holds only its own connection. Bound to a loopback address by
+flight (503 beyond), the views that build the whole status (``/``,
+``/status.json``, ``/metrics``) at most 50 a second with bursts of 50 (429
+beyond: they read the store, so a client polling them in a loop must not take
+the loop from heartbeats), headers and bodies read under aiohttp's limits,
+and a slow client holds only its own connection. Bound to a loopback address by
 default; bound to any other address, every request needs
 ``Authorization: Bearer <token>`` and the server refuses to start without a
 token. Errors are JSON: ``{"error": "one line"}``.
@@ -43,9 +46,28 @@ __all__ = ["CoordinatorServer", "bind", "is_loopback"]
 
 MAX_BODY = 64 * 1024
 MAX_IN_FLIGHT = 512
+VIEWS_PER_S = 50.0
 TICK_S = 0.2
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_VIEWS = frozenset({"/", "/status.json", "/metrics"})
+
+
+class _TokenBucket:
+    """``rate`` requests a second on average, ``burst`` at once (the loop's thread only)."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float]) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self.tokens, self.at = burst, clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
 
 def is_loopback(host: str) -> bool:
@@ -195,6 +217,7 @@ class CoordinatorServer:
         self.supervisor = make_supervisor(self.url)
         self.metrics = _Metrics()
         self._in_flight = 0
+        self._views = _TokenBucket(VIEWS_PER_S, VIEWS_PER_S, time.monotonic)
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
 
@@ -221,6 +244,8 @@ class CoordinatorServer:
             return _error(401, "missing or wrong bearer token")
         if self._in_flight >= MAX_IN_FLIGHT:
             return _error(503, "too many requests in flight; retry")
+        if request.path in _VIEWS and not self._views.take():
+            return _error(429, f"status views over {VIEWS_PER_S:.0f} a second; retry")
         self._in_flight += 1
         try:
             return await handler(request)

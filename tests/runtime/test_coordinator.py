@@ -23,7 +23,7 @@ import pytest
 from spark_elastic.errors import ArgumentError
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.registry import Store
-from spark_elastic.runtime.server import MAX_BODY, CoordinatorServer, bind
+from spark_elastic.runtime.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
 from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor, initial_assignment
 
 HERE = Path(__file__).parent
@@ -37,7 +37,7 @@ def wait_until(what: str, condition: Callable[[], Any], timeout: float = 30.0) -
         value = condition()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
@@ -410,3 +410,28 @@ def test_slow_clients_do_not_stall_heartbeats(coordinator: Coordinator) -> None:
     finally:
         for sock in stalled:
             sock.close()
+
+
+def test_a_client_polling_the_status_in_a_loop_is_refused_not_served_before_heartbeats(
+    coordinator: Coordinator,
+) -> None:
+    wait_until("a registered container", lambda: "clicks-c1" in coordinator.running())
+    answers: list[int] = []
+    # 300 calls would need 5 s to stay within 50 a second; on loopback they take far less.
+    while len(answers) < 300 and 429 not in answers:
+        answers.append(call(f"{coordinator.url}/status.json")[0])
+    assert answers[-1] == 429
+    assert set(answers) == {200, 429}
+    assert "status views over 50 a second" in call(f"{coordinator.url}/status.json")[1]["error"]
+    status, reply = call(f"{coordinator.url}/containerHeartbeat?executionContainerId=clicks-c1")
+    assert (status, reply["alive"]) == (200, True)
+
+
+def test_the_view_budget_refills_at_its_rate_up_to_its_burst() -> None:
+    now = [0.0]
+    bucket = _TokenBucket(rate=50, burst=50, clock=lambda: now[0])
+    assert sum(bucket.take() for _ in range(80)) == 50
+    now[0] += 0.1  # five more
+    assert sum(bucket.take() for _ in range(80)) == 5
+    now[0] += 100  # never more than the burst
+    assert sum(bucket.take() for _ in range(80)) == 50
