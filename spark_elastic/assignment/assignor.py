@@ -156,9 +156,17 @@ def is_balanced(
     * every staying client's active count is within bounds of its share of
       all tasks, and its count of each group's tasks within bounds of its share
       of that group;
+    * every staying client's load -- its actives plus its standbys -- is
+      within bounds of its share of all replicas (every task plus every
+      standby), the share capped (by water-filling) at the tasks it can hold:
+      every stateful task, and the stateless tasks active on it. So the load
+      is spread within one task per unit of capacity, as in Kafka, not two
+      (actives within one plus standbys within one);
     * every staying client's standby count is within bounds of its share of
       all standbys, the share capped (by water-filling) at the stateful tasks
-      not active on it, since a client cannot stand by for its own tasks.
+      not active on it (a client cannot stand by for its own tasks), as far
+      as the load rule allows given the actives: where both cannot hold, the
+      load rule wins.
 
     Parameters
     ----------
@@ -1006,17 +1014,11 @@ def _fill(
 # -- step 4: standbys of the target ----------------------------------------------------------
 
 
-def _standby_shares(
-    problem: _Problem, actives_on: Mapping[int, int], stateful_count: int
-) -> dict[int, float]:
-    """Each staying client's share of all standbys, by capacity, water-filled.
+def _water_filled(problem: _Problem, total: int, cap: Mapping[int, int]) -> dict[int, float]:
+    """Each staying client's share of ``total`` by capacity, none above its ``cap``.
 
-    A client cannot stand by for tasks active on it, so its share is capped
-    at the stateful tasks it does not run; what a capped client cannot take
-    is spread over the others by capacity.
+    What a capped client cannot take is spread over the others by capacity.
     """
-    total = stateful_count * problem.standby_count
-    cap = {c: stateful_count - actives_on.get(c, 0) for c in problem.staying}
     shares: dict[int, float] = {}
     remaining, weight_left = float(total), sum(problem.weight[c] for c in problem.staying)
     for c in sorted(problem.staying, key=lambda c: (cap[c] / problem.weight[c], c)):
@@ -1027,16 +1029,74 @@ def _standby_shares(
     return shares
 
 
+def _capped_bounds(
+    problem: _Problem, total: int, cap: Mapping[int, int]
+) -> dict[int, tuple[int, int]]:
+    """Balanced counts of a water-filled share: within bounds of the share, never above the cap."""
+    tolerance = problem.config.balance_tolerance
+    bounds: dict[int, tuple[int, int]] = {}
+    for c, share in _water_filled(problem, total, cap).items():
+        low, high = _share_bounds(share, tolerance)
+        high = min(high, cap[c])
+        bounds[c] = min(low, high), high
+    return bounds
+
+
 def _standby_bounds(
     problem: _Problem, actives_on: Mapping[int, int], stateful_count: int
 ) -> dict[int, tuple[int, int]]:
-    tolerance = problem.config.balance_tolerance
+    """Standby counts within bounds of a share of all standbys.
+
+    A client cannot stand by for tasks active on it, so its share is capped at
+    the stateful tasks it does not run.
+    """
+    cap = {c: stateful_count - actives_on.get(c, 0) for c in problem.staying}
+    return _capped_bounds(problem, stateful_count * problem.standby_count, cap)
+
+
+def _load_bounds(
+    problem: _Problem, stateful_on: Mapping[int, int], active_on: Mapping[int, int]
+) -> dict[int, tuple[int, int]]:
+    """Counts of actives plus standbys within bounds of a share of all replicas.
+
+    A client holds a task at most once, so its share is capped at every
+    stateful task plus the stateless tasks active on it.
+    """
+    stateful_count = sum(problem.stateful)
+    total = len(problem.task_ids) + stateful_count * problem.standby_count
+    cap = {c: stateful_count + active_on.get(c, 0) - stateful_on.get(c, 0) for c in problem.staying}
+    return _capped_bounds(problem, total, cap)
+
+
+def _standby_quota_bounds(
+    problem: _Problem, stateful_on: Mapping[int, int], active_on: Mapping[int, int]
+) -> dict[int, tuple[int, int]]:
+    """Standby counts that keep each client balanced in total load, and in standbys as far
+    as the total allows.
+
+    Actives and standbys each within one of their shares could add up to two
+    tasks over a client's share of the load; intersecting with the total's
+    bounds, given the actives, keeps that within one as well. Where the two
+    cannot both hold (unequal capacities, caps), the total wins: it is what
+    a client's resources carry.
+    """
+    stateful_count = sum(problem.stateful)
+    own = _standby_bounds(problem, stateful_on, stateful_count)
+    load = _load_bounds(problem, stateful_on, active_on)
     bounds: dict[int, tuple[int, int]] = {}
-    for c, share in _standby_shares(problem, actives_on, stateful_count).items():
-        low, high = _share_bounds(share, tolerance)
-        high = min(high, stateful_count - actives_on.get(c, 0))
-        bounds[c] = min(low, high), high
-    return bounds
+    for c, (low, high) in own.items():
+        cap = stateful_count - stateful_on.get(c, 0)
+        by_load = (
+            max(load[c][0] - active_on.get(c, 0), 0),
+            min(load[c][1] - active_on.get(c, 0), cap),
+        )
+        both = max(low, by_load[0]), min(high, by_load[1])
+        bounds[c] = both if both[0] <= both[1] else by_load
+    needed = stateful_count * problem.standby_count
+    feasible = all(low <= high for low, high in bounds.values()) and (
+        sum(low for low, _ in bounds.values()) <= needed <= sum(high for _, high in bounds.values())
+    )
+    return bounds if feasible else own
 
 
 def _standby_preference(problem: _Problem, task: int, client: int) -> int:
@@ -1069,7 +1129,7 @@ def _target_standbys(problem: _Problem, target: Sequence[int]) -> list[tuple[int
     if not count:
         return [()] * len(problem.task_ids)
     tasks = [t for t, stateful in enumerate(problem.stateful) if stateful]
-    bounds = _standby_bounds(problem, Counter(target[t] for t in tasks), len(tasks))
+    bounds = _standby_quota_bounds(problem, Counter(target[t] for t in tasks), Counter(target))
     held = _held_standbys(problem, tasks, target)
     load = Counter(c for t in tasks for c in held[t])
     quota = {c: min(max(load[c], bounds[c][0]), bounds[c][1]) for c in problem.staying}
@@ -1513,12 +1573,19 @@ def _balance_violations(problem: _Problem, assignment: Mapping[str, ClientAssign
     problems.extend(_replica_violations(problem, replicas))
     owners = [clients[0] if len(clients) == 1 else None for clients in replicas["active"]]
     stateful_on = Counter(c for t, c in enumerate(owners) if c is not None and problem.stateful[t])
+    active_on = Counter(c for c in owners if c is not None)
     checks = list(_active_count_checks(problem, _group_counts(problem, owners)))
     if problem.standby_count:
-        for c, bounds in _standby_bounds(problem, stateful_on, sum(problem.stateful)).items():
+        for c, bounds in _standby_quota_bounds(problem, stateful_on, active_on).items():
             if not bounds[0] <= standby_count[c] <= bounds[1]:
                 checks.append(
                     (f"client {problem.client_ids[c]!r}: standbys", standby_count[c], bounds)
+                )
+        for c, bounds in _load_bounds(problem, stateful_on, active_on).items():
+            load = active_on[c] + standby_count[c]
+            if not bounds[0] <= load <= bounds[1]:
+                checks.append(
+                    (f"client {problem.client_ids[c]!r}: actives + standbys", load, bounds)
                 )
     problems.extend(f"{what}: {found} outside {low}..{high}" for what, found, (low, high) in checks)
     return problems

@@ -562,6 +562,40 @@ def test_is_balanced_rejects_an_uneven_assignment() -> None:
     assert not is_balanced(unchanged.assignment, task_list, clients)
 
 
+def test_is_balanced_rejects_a_load_two_over_its_share_with_even_actives_and_standbys() -> None:
+    # Shares: 4/3 actives, 4/3 standbys, 8/3 replicas per client. c1 holds 2 actives and 2
+    # standbys, each within one of its share, but 4 replicas, more than one above 8/3.
+    task_list, config = tasks("t1", "t2", "t3", "t4"), AssignmentConfig(num_standby_replicas=1)
+    clients = [client("c1"), client("c2"), client("c3")]
+    heavy = {
+        "c1": ClientAssignment(("t1", "t2"), ("t3", "t4")),
+        "c2": ClientAssignment(("t3",), ("t1",)),
+        "c3": ClientAssignment(("t4",), ("t2",)),
+    }
+    assert not is_balanced(heavy, task_list, clients, config)
+    even = {
+        "c1": ClientAssignment(("t1", "t2"), ("t3",)),
+        "c2": ClientAssignment(("t3",), ("t1", "t4")),
+        "c3": ClientAssignment(("t4",), ("t2",)),
+    }
+    assert is_balanced(even, task_list, clients, config)
+
+
+def test_actives_plus_standbys_per_client_end_within_one_task_of_each_other() -> None:
+    # 100 tasks on 10 clients with 1 standby, then 2 clients join: shares of 8.33 actives and
+    # 8.33 standbys, each within one, could leave a client 2 tasks above another in total.
+    config = AssignmentConfig(num_standby_replicas=1, max_warmup_replicas=10)
+    task_list = [TaskSpec(f"t{i}", group=f"g{i % 10}", end_offset=FULL) for i in range(100)]
+    first = assign(task_list, [client(f"c{i}") for i in range(10)], config)
+    clients = next_round([client(f"c{i}") for i in range(10)], first)
+    results, clients = until_balanced(task_list, [*clients, client("c10"), client("c11")], config)
+    loads = [len(a.active) + len(a.standby) for a in results[-1].assignment.values()]
+    assert max(loads) - min(loads) == 1
+    actives = [len(a.active) for a in results[-1].assignment.values()]
+    assert max(actives) - min(actives) == 1
+    assert is_balanced(results[-1].assignment, task_list, clients, config)
+
+
 def balanced_with_standbys() -> tuple[list[TaskSpec], list[ClientState], AssignmentConfig]:
     """c1 and c2 stay, c3 leaves; one standby per task."""
     clients = [client("c1"), client("c2"), client("c3", leaving=True)]
