@@ -46,7 +46,15 @@ from spark_elastic.model.plan import (
     load_plan_json,
     save_plan_json,
 )
-from spark_elastic.runtime.job import BatchContext, Job, LogInput, ParquetSink, Sink, load_job
+from spark_elastic.runtime.job import (
+    BatchContext,
+    Job,
+    KafkaInput,
+    LogInput,
+    ParquetSink,
+    Sink,
+    load_job,
+)
 from spark_elastic.state.processor import TaskProcessor, TaskState, with_task_state
 from spark_elastic.state.rescale import RescaleResult, rescale, starting_offsets
 from spark_elastic.state.show import BucketOffset, CheckpointReport, read_checkpoint
@@ -80,6 +88,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BatchContext",
     "Job",
+    "KafkaInput",
     "LogInput",
     "ParquetSink",
     "Sink",

@@ -21,6 +21,7 @@ __all__ = [
     "CheckpointError",
     "ColumnError",
     "FencedError",
+    "InputError",
     "JavaNotFoundError",
     "JobDefinitionError",
     "LogError",
@@ -85,6 +86,10 @@ class PlanError(SparkElasticError):
 
 class PartitionExpansionError(PlanError, ValueError):
     """A stream's partition count changed in a way the plan cannot absorb (SEP-5)."""
+
+
+class InputError(SparkElasticError):
+    """A job's input cannot be read: a topic is missing, or no broker answered in time."""
 
 
 class LogError(SparkElasticError):

