@@ -87,6 +87,23 @@ class LogInput:
 
         return EmbeddedLog(self.path, create=False).partition_counts(list(self.topics))
 
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's end offset (its record count), read from the log.
+
+        Parameters
+        ----------
+        topic
+            One of :attr:`topics`.
+
+        Returns
+        -------
+        dict[int, int]
+            ``{partition: end offset}`` for partitions ``0..n-1``.
+        """
+        from spark_elastic.log.embedded import EmbeddedLog
+
+        return EmbeddedLog(self.path, create=False).end_offsets(topic)
+
     def source_options(self, partitions: Mapping[str, Sequence[int]]) -> dict[str, str]:
         """The embedded log source's options for reading ``partitions`` from the start.
 
@@ -203,9 +220,46 @@ class KafkaInput:
         ModuleNotFoundError
             confluent-kafka is not installed (``pip install 'spark-elastic[kafka]'``).
         """
+        admin = self._admin()
+        return {topic: len(info.partitions) for topic, info in self._describe(admin).items()}
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's end offset (the next offset to be written), asked of the brokers.
+
+        Parameters
+        ----------
+        topic
+            One of :attr:`topics`.
+
+        Returns
+        -------
+        dict[int, int]
+            ``{partition: end offset}`` for partitions ``0..n-1``.
+
+        Raises
+        ------
+        InputError
+            The topic does not exist, or no broker answered within :attr:`timeout_s`.
+        """
+        from confluent_kafka import TopicPartition
+
+        # confluent-kafka's stubs leave OffsetSpec out of confluent_kafka.admin's exports and
+        # its latest() untyped.
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        admin = self._admin()
+        count = len(self._describe(admin, (topic,))[topic].partitions)
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets(
+            {TopicPartition(topic, p): latest for p in range(count)},
+            request_timeout=self.timeout_s,
+        )
+        ends = {tp.partition: self._result(future, topic).offset for tp, future in futures.items()}
+        return dict(sorted(ends.items()))
+
+    def _admin(self) -> Any:
         # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
         # until a Kafka job is planned.
-        from confluent_kafka import KafkaError, KafkaException, TopicCollection
         from confluent_kafka.admin import AdminClient
 
         config: dict[str, Any] = {
@@ -214,27 +268,33 @@ class KafkaInput:
             # librdkafka would print connection failures to stderr; they go to logging.
             "logger": logging.getLogger("spark_elastic.kafka"),
         }
-        admin = AdminClient(config)
-        futures = admin.describe_topics(
-            TopicCollection(list(self.topics)), request_timeout=self.timeout_s
-        )
-        counts: dict[str, int] = {}
-        for topic in self.topics:
-            try:
-                # The request's own timeout ends it; this one only guards against a lost reply.
-                description = futures[topic].result(timeout=self.timeout_s + 5)
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise InputError(
-                        f"KafkaInput.topics: expected existing topics, found no topic {topic!r} "
-                        f"on {self.bootstrap_servers}"
-                    ) from None
-                raise self._unreachable(error.str() if error is not None else str(exc)) from None
-            except TimeoutError:
-                raise self._unreachable("no reply") from None
-            counts[topic] = len(description.partitions)
-        return counts
+        return AdminClient(config)
+
+    def _describe(self, admin: Any, topics: Sequence[str] | None = None) -> dict[str, Any]:
+        """``{topic: TopicDescription}``, in order; never creates a topic."""
+        from confluent_kafka import TopicCollection
+
+        names = list(self.topics if topics is None else topics)
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
+        return {topic: self._result(futures[topic], topic) for topic in names}
+
+    def _result(self, future: Any, topic: str) -> Any:
+        """A request's answer, or its failure as one line."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            # The request's own timeout ends it; this one only guards against a lost reply.
+            return future.result(timeout=self.timeout_s + 5)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise InputError(
+                    f"KafkaInput.topics: expected existing topics, found no topic {topic!r} "
+                    f"on {self.bootstrap_servers}"
+                ) from None
+            raise self._unreachable(error.str() if error is not None else str(exc)) from None
+        except TimeoutError:
+            raise self._unreachable("no reply") from None
 
     def _unreachable(self, reason: str) -> InputError:
         return InputError(
@@ -310,6 +370,9 @@ class JobInput(Protocol):
 
     def partition_counts(self) -> dict[str, int]:
         """``{topic: partitions}`` now, in the order of :attr:`topics`."""
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """``{partition: end offset}`` of one of :attr:`topics` now."""
 
     def source_options(self, partitions: Mapping[str, Sequence[int]]) -> dict[str, str]:
         """The Spark source options for reading ``partitions`` from the start."""
