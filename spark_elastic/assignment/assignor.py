@@ -17,13 +17,17 @@ Steps, each a small pure function over an indexed view of the input
 3. :func:`_target_actives` -- which task goes where, preferring clients that
    are caught up on it (with augmenting paths: a task may go to a caught-up
    client whose own task moves on to *its* caught-up standby).
-4. :func:`_target_standbys` -- standbys for the target, balanced by capacity.
+4. :func:`_target_standbys` -- standbys for the target, balanced by capacity,
+   in standbys and in total load (actives + standbys per client).
 5. :func:`_handed_out_actives`, :func:`_realize` -- the assignment handed out
    now: actives, the most caught-up standbys, warm-ups within the budget.
 
-Warm-ups prepare actives while the running actives are unbalanced and
-standbys after (:func:`_warmups`): a warm-up does not say what it is for, so
-this is how the next rebalance knows whether to plan from it as an active.
+A warm-up does not say what it is for, so the next rebalance reads it from
+the counts (:func:`_warmed_owners`): while the running actives are
+unbalanced, a warm-up prepares an active unless its task's owner would fall
+below its bounds without the task. :func:`_warmups` keeps that reading
+true: standby warm-ups go beside active ones (filling the budget the active
+moves leave) only for tasks whose owner cannot shed them, and wait otherwise.
 
 Tie-breaks, everywhere: lower client index (natural order of client id)
 first; when a client sheds tasks at equal cost, the task that sorts last goes
@@ -516,12 +520,7 @@ def _planned_owners(
       caught-up staying client now if it has one (the rules say so): it counts
       as running on the one with the fewest tasks per capacity.
     """
-    planned = list(owners)
-    if warmups_move_actives:
-        for t, warm in enumerate(problem.previous_warmup):
-            staying = [c for c in warm if not problem.leaving[c]]
-            if staying:
-                planned[t] = min(staying, key=lambda c: (problem.lag(t, c), c))
+    planned = _warmed_owners(problem, owners) if warmups_move_actives else list(owners)
     load = Counter(c for c in planned if c is not None and not problem.leaving[c])
     weight = problem.weight
     for t, c in enumerate(planned):
@@ -530,6 +529,56 @@ def _planned_owners(
             planned[t] = ready
             load[ready] += 1
     return planned
+
+
+def _warmed_owners(problem: _Problem, owners: Sequence[int | None]) -> list[int | None]:
+    """Owners once the warm-ups under way have become actives; standby warm-ups stay put.
+
+    A warm-up counts as an active move unless its task's owner would fall below
+    its active bounds (in the task's group or in total) without it: such a
+    warm-up can only prepare a standby (see :func:`_warmups`, which starts
+    standby warm-ups beside active ones only for such tasks). Moves are taken
+    until none is left that fits, so that a chain of moves is read whole.
+    """
+    planned = list(owners)
+    counts = _group_counts(problem, planned)
+    pending = {
+        t: min(staying, key=lambda c: (problem.lag(t, c), c))
+        for t, warm in enumerate(problem.previous_warmup)
+        if (staying := [c for c in warm if not problem.leaving[c]])
+    }
+    while pending:
+        taken = [t for t in pending if not _below_bounds_without(problem, counts, planned[t], t)]
+        if not taken:
+            break
+        for t in taken:
+            _move_count(problem, counts, t, planned[t], pending[t])
+            planned[t] = pending.pop(t)
+    return planned
+
+
+def _below_bounds_without(
+    problem: _Problem, counts: Sequence[Mapping[int, int]], owner: int | None, task: int
+) -> bool:
+    """Whether a staying ``owner`` would fall below its active bounds without ``task``."""
+    if owner is None or problem.leaving[owner]:
+        return False
+    g, tolerance, weight = problem.group_of[task], problem.config.balance_tolerance, problem.weight
+    in_group = counts[g].get(owner, 0) - 1
+    in_total = sum(cell.get(owner, 0) for cell in counts) - 1
+    return (
+        in_group < _share_bounds(problem.group_sizes[g] * weight[owner], tolerance)[0]
+        or in_total < _share_bounds(len(problem.task_ids) * weight[owner], tolerance)[0]
+    )
+
+
+def _move_count(
+    problem: _Problem, counts: list[dict[int, int]], task: int, source: int | None, dest: int
+) -> None:
+    cell = counts[problem.group_of[task]]
+    if source is not None and not problem.leaving[source]:
+        cell[source] -= 1
+    cell[dest] = cell.get(dest, 0) + 1
 
 
 def _actives_balanced(problem: _Problem, owners: Sequence[int | None]) -> bool:
@@ -1501,11 +1550,22 @@ def _warmups(
         for c in {target[t], *target_standby[t]} - have:
             wanted.append((not problem.leaving[active[t]], c != target[t], problem.lag(t, c), t, c))
     wanted.sort()
-    if any(not standby_move for _, standby_move, *_ in wanted):
-        # Standby moves wait until the actives are in place, so that the next rebalance can
-        # tell what a warm-up prepares: an active while the actives are not yet balanced.
-        wanted = [w for w in wanted if not w[1]]
-    return [(t, c) for *_, t, c in wanted[: problem.config.max_warmup_replicas]]
+    budget = problem.config.max_warmup_replicas
+    active_moves = [w for w in wanted if not w[1]]
+    if active_moves:
+        # While actives still move, the next rebalance reads a warm-up as an active move
+        # unless its owner would fall below its bounds without the task (_warmed_owners).
+        # Standby moves that cannot be misread so fill what the active moves leave of the
+        # budget; the others wait until the actives are in place.
+        counts = _group_counts(problem, active)
+        wanted = active_moves + [
+            w
+            for w in wanted
+            if w[1]
+            and len(active_moves) < budget
+            and _below_bounds_without(problem, counts, active[w[3]], w[3])
+        ]
+    return [(t, c) for *_, t, c in wanted[:budget]]
 
 
 def _result(problem: _Problem, placement: _Placement) -> AssignmentResult:

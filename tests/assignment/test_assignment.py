@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Sequence
 
@@ -555,6 +556,29 @@ def test_a_move_to_a_caught_up_client_happens_at_once_even_through_a_chain() -> 
     assert table(result)["c3"][0] == ["t2", "t3"]
 
 
+def test_a_standby_warmup_started_beside_an_active_one_completes_as_a_standby() -> None:
+    # c4 joins: c1 sheds active T2 and standby T5 to it, both warmed in the same rebalance.
+    # Next time T5's warm-up must not read as an active move (c3 would drop below its one
+    # task): both moves complete, and nothing else moves.
+    config = AssignmentConfig(num_standby_replicas=1)
+    clients = [
+        client("c1", active=["T1", "T2"], standby=["T4", "T5"]),
+        client("c2", active=["T3", "T4"], standby=["T2"]),
+        client("c3", active=["T5"], standby=["T1", "T3"]),
+        client("c4"),
+    ]
+    task_list = tasks("T1", "T2", "T3", "T4", "T5")
+    results, _ = until_balanced(task_list, clients, config)
+    assert table(results[0])["c4"] == ([], [], ["T2", "T5"])
+    assert table(results[-1]) == {
+        "c1": (["T1"], ["T4"], []),
+        "c2": (["T3", "T4"], ["T2"], []),
+        "c3": (["T5"], ["T1", "T3"], []),
+        "c4": (["T2"], ["T5"], []),
+    }
+    assert len(results) == 2
+
+
 def test_is_balanced_rejects_an_uneven_assignment() -> None:
     task_list = tasks("t1", "t2", "t3")
     clients = [client("c1", active=["t1", "t2", "t3"]), client("c2")]
@@ -739,6 +763,30 @@ def test_kip441_scaling_out_i1_i2_to_i3() -> None:
         "I3": (["T3"], ["T1"], []),
     }
     assert len(results) == 3
+
+
+def test_kip441_scale_out_shape_settles_in_ceil_moves_over_warmups_plus_two() -> None:
+    # 12 tasks in two groups, 1 standby, 3 -> 4 clients: 3 actives and 3 standbys move to the
+    # new client, 2 warm-ups at a time. Standby moves fill the warm-up slots the active moves
+    # leave, so it takes KIP-441's ceil(6 / 2) + 1 = 4 rebalances plus the confirming one.
+    config = AssignmentConfig(num_standby_replicas=1)
+    task_list = [TaskSpec(f"T{i}", group=f"g{i // 6}", end_offset=FULL) for i in range(12)]
+    three = [client(f"c{i}") for i in (1, 2, 3)]
+    settled = next_round(three, assign(task_list, three, config))
+    results, clients = until_balanced(task_list, [*settled, client("c4")], config)
+    assert results[0].pending_moves == 6
+    assert len(results) == math.ceil(6 / config.max_warmup_replicas) + 1 == 4
+    assert [is_balanced(r.assignment, task_list, clients, config) for r in results] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+    confirming = assign(task_list, next_round(clients, results[-1]), config)
+    assert table(confirming) == table(results[-1])
+    assert not confirming.probing_rebalance.needed
+    assert [len(a.active) for a in confirming.assignment.values()] == [3, 3, 3, 3]
+    assert [len(a.standby) for a in confirming.assignment.values()] == [3, 3, 3, 3]
 
 
 def test_kip441_scaling_in_with_standbys_in_sync() -> None:
