@@ -167,7 +167,8 @@ class KafkaInput:
     max_records_per_batch
         ``maxOffsetsPerTrigger`` of each container's query (None: no limit).
     timeout_s
-        How long :meth:`partition_counts` waits for the brokers, in seconds.
+        How long :meth:`partition_counts` and :meth:`end_offsets` wait for the
+        brokers, in seconds.
     kafka_options
         Settings of Spark's Kafka consumer (Java client names, e.g.
         ``security.protocol``), passed to the source as ``kafka.<name>``.
