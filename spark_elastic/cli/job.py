@@ -14,6 +14,7 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,13 @@ def register(subparsers: Any) -> None:
         help="failed heartbeats in a row before a container gives up (6, as Samza)",
     )
     run.add_argument(
+        "--partition-check-ms",
+        type=_count,
+        default=300_000,
+        help="how often the inputs' partition counts are checked for growth "
+        "(300000, Samza's default; SEP-5)",
+    )
+    run.add_argument(
         "--startup-ms",
         type=_positive_ms,
         default=180_000,
@@ -138,6 +146,25 @@ def register(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="everything, as JSON")
     status.add_argument("--token", help="bearer token, if the coordinator requires one")
     status.set_defaults(run=_status)
+
+
+class _InputWatch:
+    """The job's input as the coordinator's partition monitor sees it."""
+
+    def __init__(self, job_input: Any) -> None:
+        self.input = job_input
+
+    def partition_counts(self) -> Mapping[str, int]:
+        counts: Mapping[str, int] = self.input.partition_counts()
+        return counts
+
+    def end_offsets(self, topic: str) -> Mapping[int, int]:
+        ends = getattr(self.input, "end_offsets", None)
+        if callable(ends):
+            return dict(ends(topic))
+        from spark_elastic.log.embedded import EmbeddedLog
+
+        return EmbeddedLog(self.input.path, create=False).end_offsets(topic)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -158,7 +185,13 @@ def _run(args: argparse.Namespace) -> int:
     )
     root = Path(job.checkpoint_root)
     shape = JobShape(
-        job.name, args.job, job.elasticity_factor, partitions, tuple(plan.task_names()), str(root)
+        job.name,
+        args.job,
+        job.elasticity_factor,
+        partitions,
+        tuple(plan.task_names()),
+        str(root),
+        job.grouper,
     )
     container_env = {
         "SPARK_ELASTIC_HEARTBEAT_MS": str(args.heartbeat_ms),
@@ -185,6 +218,8 @@ def _run(args: argparse.Namespace) -> int:
             terms,
             startup_s=args.startup_ms / 1000,
             container_env=container_env,
+            watch=_InputWatch(job.input),
+            partition_check_s=args.partition_check_ms / 1000,
         )
 
     try:

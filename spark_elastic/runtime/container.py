@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError, ProtocolError, SparkElasticError
 from spark_elastic.runtime.generations import fork_committed
+from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import BatchContext, Job, load_job_and_module
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import (
@@ -606,7 +607,9 @@ def run_container(settings: ContainerSettings) -> int:
     beats.start()
 
     _prepare_checkpoint(mine)
-    plan = job.plan(model.partitions)
+    # The tasks are those planned for the planned counts; after SEP-5 growth a new
+    # partition joins the tasks of its partition modulo the planned count.
+    plan = grown_plan(job.grouper, job.elasticity_factor, model.planned, model.partitions)
     spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
     from pyspark import cloudpickle
 

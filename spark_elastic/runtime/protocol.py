@@ -97,6 +97,14 @@ def _object(document: object, where: str, keys: frozenset[str]) -> Mapping[str, 
     return document
 
 
+def _counts(doc: Mapping[str, Any], name: str, where: str) -> dict[str, int]:
+    counts = _field(doc, name, dict, where)
+    for topic, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ProtocolError(f"{where}.{name}.{topic}: expected a count >= 1")
+    return dict(counts)
+
+
 def _non_negative(value: int, where: str) -> int:
     if value < 0:
         raise ProtocolError(f"{where}: expected a non-negative integer, found {value!r}")
@@ -197,9 +205,13 @@ class JobModel:
     elasticity_factor
         Virtual tasks per base task.
     partitions
-        Partition count per input topic, as planned.
+        Partition count per input topic that containers read now.
     containers
         One entry per live container, sorted by id.
+    planned_partitions
+        The counts the virtual tasks were planned for (``None``: the same as
+        ``partitions``). After SEP-5 growth the tasks stay those of this plan;
+        a new partition p joins the task of p mod its topic's planned count.
     """
 
     version: int
@@ -207,10 +219,16 @@ class JobModel:
     elasticity_factor: int
     partitions: Mapping[str, int]
     containers: tuple[ContainerModel, ...] = ()
+    planned_partitions: Mapping[str, int] | None = None
 
     _KEYS: ClassVar[frozenset[str]] = frozenset(
-        {"version", "job", "elasticityFactor", "partitions", "containers"}
+        {"version", "job", "elasticityFactor", "partitions", "containers", "plannedPartitions"}
     )
+
+    @property
+    def planned(self) -> Mapping[str, int]:
+        """The counts the tasks were planned for."""
+        return self.partitions if self.planned_partitions is None else self.planned_partitions
 
     def container(self, container_id: str) -> ContainerModel | None:
         """The entry of ``container_id``, or None if the model has none."""
@@ -227,6 +245,7 @@ class JobModel:
             "job": self.job,
             "elasticityFactor": self.elasticity_factor,
             "partitions": dict(sorted(self.partitions.items())),
+            "plannedPartitions": dict(sorted(self.planned.items())),
             "containers": [c.to_json() for c in self.containers],
         }
 
@@ -234,10 +253,17 @@ class JobModel:
     def from_json(cls, document: object, where: str = "jobModel") -> JobModel:
         """Parse the wire form, refusing any other shape (and a task owned twice)."""
         doc = _object(document, where, cls._KEYS)
-        partitions = _field(doc, "partitions", dict, where)
-        for topic, count in partitions.items():
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ProtocolError(f"{where}.partitions.{topic}: expected a count >= 1")
+        partitions = _counts(doc, "partitions", where)
+        # Models stored before SEP-5 growth existed have no planned counts: never grown.
+        planned = _counts(doc, "plannedPartitions", where) if "plannedPartitions" in doc else None
+        if planned is not None and (
+            set(planned) != set(partitions)
+            or any(partitions[t] < n or partitions[t] % n for t, n in planned.items())
+        ):
+            raise ProtocolError(
+                f"{where}: partitions {partitions} are not a growth of plannedPartitions "
+                f"{planned} (same topics, each count a multiple of its planned one)"
+            )
         containers = tuple(
             ContainerModel.from_json(c, f"{where}.containers[{i}]")
             for i, c in enumerate(_field(doc, "containers", list, where))
@@ -257,6 +283,7 @@ class JobModel:
             elasticity_factor=_field(doc, "elasticityFactor", int, where),
             partitions=dict(partitions),
             containers=containers,
+            planned_partitions=None if planned == partitions else planned,
         )
 
 

@@ -127,6 +127,24 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _monitor_line(monitor: dict[str, Any]) -> str:
+    e = html.escape
+    if monitor["growth"] is not None:
+        growth = monitor["growth"]
+        return (
+            f"<p class='growth'>Partition growth to {e(json.dumps(growth['counts']))}: old "
+            f"partitions drain to {e(json.dumps(growth['barrier']))} first.</p>"
+        )
+    if monitor["refused"]:
+        return f"<p class='refused'>Partition change not followed: {e(monitor['refused'])}</p>"
+    if monitor["checkEveryS"] is None:
+        return "<p>Partition monitor off.</p>"
+    return (
+        f"<p>Partition monitor: every {monitor['checkEveryS']:g} s; tasks planned for "
+        f"{e(json.dumps(monitor['plannedPartitions']))}.</p>"
+    )
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -147,6 +165,17 @@ class _Metrics:
         )
         self.failovers = Counter(
             "spark_elastic_failovers", "Containers replaced after their lease expired", registry=r
+        )
+        self.partition_change_refused = Gauge(
+            "spark_elastic_partition_change_refused",
+            "1 while the inputs' partition counts changed in a way the job does not follow "
+            "(a shrink, or a count that is not a multiple of the planned one)",
+            registry=r,
+        )
+        self.partition_growths = Counter(
+            "spark_elastic_partition_growths",
+            "Input partition growths taken up (SEP-5)",
+            registry=r,
         )
         self.model_version = Gauge(
             "spark_elastic_job_model_version", "The current job model version", registry=r
@@ -169,12 +198,13 @@ class _Metrics:
 
     def refresh(self, status: dict[str, Any]) -> None:
         self.model_version.set(status["jobModelVersion"])
+        self.partition_change_refused.set(1 if status["partitionMonitor"]["refused"] else 0)
         states: dict[str, int] = {}
         for c in status["containers"]:
             states[c["state"]] = states.get(c["state"], 0) + 1
             if c["readAmplification"] is not None:
                 self.amplification.labels(c["containerId"]).set(c["readAmplification"])
-        for state in ("launching", "running", "expired", "stopped"):
+        for state in ("launching", "running", "expired", "retired", "stopped"):
             self.containers.labels(state).set(states.get(state, 0))
         for task in status["tasks"]:
             if task["lag"] >= 0:
@@ -315,8 +345,27 @@ class CoordinatorServer:
             if now > failovers:
                 self.metrics.failovers.inc(now - failovers)
                 failovers = now
+            if self.supervisor.partition_check_due():
+                await self._check_partitions()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), TICK_S)
+
+    async def _check_partitions(self) -> None:
+        watch = self.supervisor.watch
+        assert watch is not None  # noqa: S101 - partition_check_due says so
+
+        def look() -> tuple[dict[str, int], dict[str, dict[int, int]]]:
+            # Off the loop: a Kafka metadata request may take its whole timeout.
+            counts = dict(watch.partition_counts())
+            return counts, {t: dict(watch.end_offsets(t)) for t in counts}
+
+        try:
+            counts, ends = await asyncio.to_thread(look)
+        except (SparkElasticError, OSError) as exc:
+            self.supervisor.store.event("partitions", detail=f"check failed: {exc}")
+            return
+        if self.supervisor.observe_partitions(counts, ends) == "growth":
+            self.metrics.partition_growths.inc()
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
         """Serve until :meth:`request_stop`; then stop the containers and the server."""
@@ -429,6 +478,7 @@ h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
 elasticity factor {status["elasticityFactor"]}</h1>
 <p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
 margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
+{_monitor_line(status["partitionMonitor"])}
 <h2>Containers</h2>
 <table><tr><th>container</th><th>state</th><th>pid</th><th>generation</th><th>virtual tasks</th>
 <th>heartbeat age</th><th>lease</th><th>last batch</th><th>read amplification</th></tr>

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 from spark_elastic.errors import ArgumentError, ProtocolError
 from spark_elastic.model.names import TaskName
+from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -60,7 +61,14 @@ from spark_elastic.runtime.protocol import (
 )
 from spark_elastic.runtime.registry import ContainerRecord, Store
 
-__all__ = ["JobShape", "Launcher", "LocalLauncher", "Supervisor", "initial_assignment"]
+__all__ = [
+    "JobShape",
+    "Launcher",
+    "LocalLauncher",
+    "PartitionWatch",
+    "Supervisor",
+    "initial_assignment",
+]
 
 Clock = Callable[[], float]
 
@@ -83,6 +91,8 @@ class JobShape:
         Every virtual task's name, in plan order.
     checkpoint_root
         Local directory under which generations keep their checkpoints.
+    grouper
+        The job's grouper name.
     """
 
     name: str
@@ -91,6 +101,7 @@ class JobShape:
     partitions: Mapping[str, int]
     tasks: tuple[str, ...]
     checkpoint_root: str
+    grouper: str = "partition"
 
     def checkpoint_of(self, generation: int, container_id: str) -> str:
         """Where a generation keeps its checkpoint.
@@ -108,6 +119,10 @@ class JobShape:
             ``<root>/generations/<generation:06d>-<container_id>``.
         """
         return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
+
+
+def _offsets_text(offsets: Mapping[str, Mapping[int, int]]) -> str:
+    return json.dumps({t: {str(p): o for p, o in sorted(ps.items())} for t, ps in offsets.items()})
 
 
 def _locality_key(task: str) -> tuple[int, int, str]:
@@ -178,6 +193,18 @@ def initial_assignment(
         chunks.append(tuple(sorted(ordered[start:end])))
         start = end
     return chunks
+
+
+class PartitionWatch(Protocol):
+    """Where the coordinator reads its inputs' partitions (the embedded log or Kafka)."""
+
+    def partition_counts(self) -> Mapping[str, int]:
+        """``{topic: partitions}`` now."""
+        ...
+
+    def end_offsets(self, topic: str) -> Mapping[int, int]:
+        """``{partition: end offset}`` of ``topic`` now."""
+        ...
 
 
 class Launcher(Protocol):
@@ -293,6 +320,11 @@ class Supervisor:
         Extra environment for containers (heartbeat interval, write budget, master).
     clock
         Monotonic clock (tests pass their own).
+    watch
+        Where the inputs' partition counts are read (SEP-5's monitor); ``None``
+        turns the monitor off.
+    partition_check_s
+        How often the monitor looks (Samza's default: 5 minutes).
     """
 
     def __init__(
@@ -306,6 +338,8 @@ class Supervisor:
         startup_s: float = 180.0,
         container_env: Mapping[str, str] | None = None,
         clock: Clock = time.monotonic,
+        watch: PartitionWatch | None = None,
+        partition_check_s: float = 300.0,
     ) -> None:
         self.shape = shape
         self.store = store
@@ -318,6 +352,13 @@ class Supervisor:
         self.counters: dict[str, int] = {}
         self._live: dict[str, _Live] = {}
         self._records: dict[str, ContainerRecord] = {}
+        self.watch = watch
+        self.partition_check_s = partition_check_s
+        self._next_check = clock() + partition_check_s
+        self.partitions_seen: dict[str, int] = {}
+        self.partitions_refused = ""
+        # Predecessors a successor waits for: retired id -> when its lease was last renewed.
+        self._retired: dict[str, float] = {}
         self.model = self._load_or_plan(containers)
 
     # 1. plan once
@@ -333,16 +374,21 @@ class Supervisor:
             if record.live:
                 # Renewal times died with the previous coordinator: a fresh lease from now.
                 self._live[record.id] = _Live(now, record.state == "running")
+            elif record.state == "retired" and record.pid is not None:
+                # It may still be stopping: its successor waits for it as for a live lease.
+                self._retired[record.id] = now
         self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
         return stored
 
     def _check_same_job(self, stored: JobModel) -> None:
         shape = self.shape
-        if (stored.job, dict(stored.partitions), stored.elasticity_factor) != (
+        # Inputs that grew (SEP-5) since the store was written are the same job: the
+        # monitor takes the growth up; anything else would remap keys.
+        grown = judge_counts(stored.planned, stored.partitions, shape.partitions)
+        if (stored.job, stored.elasticity_factor) != (
             shape.name,
-            dict(shape.partitions),
             shape.elasticity_factor,
-        ):
+        ) or grown.verdict == "refused":
             raise ArgumentError.invalid(
                 "--store",
                 f"the store of job {shape.name!r} with partitions {dict(shape.partitions)} and "
@@ -399,10 +445,27 @@ class Supervisor:
         return ContainerModel(container_id, tasks, generation, checkpoint, sources)
 
     def launch_pending(self) -> None:
-        """Start every container that is launching and has no process yet."""
+        """Start every container that is launching, has no process yet, and waits for no one."""
         for record in list(self._records.values()):
-            if record.state == "launching" and record.pid is None:
+            if record.state == "launching" and record.pid is None and not self._waits(record):
                 self._launch(record)
+
+    def _waits(self, record: ContainerRecord) -> bool:
+        """Whether a predecessor retired by a handover may still write (its process runs and
+        its lease, plus the margin, has not run out by this clock)."""
+        waiting = False
+        for old_id, renewed_at in list(self._retired.items()):
+            old = self._records[old_id]
+            if old.checkpoint not in record.sources:
+                continue
+            if not self.launcher.alive(old.pid or 0, old_id):
+                del self._retired[old_id]
+            elif self.clock() > self.terms.reassignable_at(renewed_at):
+                self.launcher.kill(old.pid or 0, old_id, signal.SIGKILL)
+                del self._retired[old_id]
+            else:
+                waiting = True
+        return waiting
 
     def _launch(self, record: ContainerRecord) -> None:
         env = {
@@ -536,18 +599,150 @@ class Supervisor:
             reason = self._expired(container_id, now)
             if reason is not None:
                 self._fail_over(container_id, reason)
+        self._advance_growth()
         self.launch_pending()
+
+    # 5. partitions (SEP-5)
+
+    def partition_check_due(self) -> bool:
+        """Whether the monitor should look at the inputs now (the server asks each tick).
+
+        Returns
+        -------
+        bool
+            True once per ``partition_check_s`` while a watch is set and no
+            growth is under way.
+        """
+        if self.watch is None or self._growth() is not None or self.clock() < self._next_check:
+            return False
+        self._next_check = self.clock() + self.partition_check_s
+        return True
+
+    def observe_partitions(
+        self, counts: Mapping[str, int], ends: Mapping[str, Mapping[int, int]]
+    ) -> str:
+        """Take in what the monitor saw: start a growth, or report a change it refuses.
+
+        Parameters
+        ----------
+        counts
+            ``{topic: partitions}`` now.
+        ends
+            ``{topic: {partition: end offset}}`` now, read right after the counts.
+
+        Returns
+        -------
+        str
+            The verdict: ``"same"``, ``"growth"`` or ``"refused"``.
+        """
+        check = judge_counts(self.model.planned, self.model.partitions, counts)
+        self.partitions_seen = dict(counts)
+        if check.verdict == "refused":
+            if check.reason != self.partitions_refused:
+                self.store.event("partitions", detail=f"not followed: {check.reason}")
+            self.partitions_refused = check.reason
+            return check.verdict
+        self.partitions_refused = ""
+        if check.verdict == "growth" and self._growth() is None:
+            # Everything the old partitions hold now goes before anything in the new ones.
+            barrier = {
+                topic: {p: int(o) for p, o in ends.get(topic, {}).items() if p < current}
+                for topic, current in self.model.partitions.items()
+                if counts[topic] != current
+            }
+            growth = {"counts": dict(counts), "barrier": barrier}
+            with self.store.transaction() as db:
+                self.store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
+                self.store.add_event(
+                    db,
+                    "partitions",
+                    detail=f"growth {dict(self.model.partitions)} -> {dict(counts)}: old "
+                    f"partitions drain to {_offsets_text(barrier)} before new ones are read",
+                )
+            self._count("partition_growths")
+        return check.verdict
+
+    def _growth(self) -> dict[str, Any] | None:
+        text = self.store.meta("growth")
+        return json.loads(text) if text else None
+
+    def _task_partitions(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        plan = grown_plan(
+            self.shape.grouper,
+            self.model.elasticity_factor,
+            self.model.planned,
+            self.model.partitions,
+        )
+        names = plan.task_names()
+        result: dict[str, dict[str, tuple[int, ...]]] = {}
+        for i, name in enumerate(names):
+            topics: dict[str, list[int]] = {}
+            for ssp in plan.task(i).partitions:
+                topics.setdefault(ssp.stream, []).append(ssp.partition)
+            result[name] = {t: tuple(ps) for t, ps in topics.items()}
+        return result
+
+    def _advance_growth(self) -> None:
+        growth = self._growth()
+        if growth is None:
+            return
+        barrier = {t: {int(p): o for p, o in ps.items()} for t, ps in growth["barrier"].items()}
+        committed = {
+            task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
+            for task, row in self.store.progress().items()
+        }
+        if drained(barrier, committed, self._task_partitions()):
+            self._hand_over(dict(growth["counts"]))
+
+    def _hand_over(self, counts: dict[str, int]) -> None:
+        """Every container hands its tasks to a successor that also reads the new partitions.
+
+        The successors fork their predecessors' committed prefixes, as in a failover,
+        and start only once their predecessors have stopped (or their leases ran out).
+        """
+        old = [self._records[c.container_id] for c in self.model.containers]
+        with self.store.transaction() as db:
+            successors = [self._new_container(db, r.tasks, self._sources_of(r)) for r in old]
+            model = JobModel(
+                self.model.version + 1,
+                self.model.job,
+                self.model.elasticity_factor,
+                counts,
+                tuple(sorted(successors, key=lambda c: c.container_id)),
+                planned_partitions=dict(self.model.planned),
+            )
+            self.store.save_model(db, model)
+            self.store.set_meta(db, "growth", "")
+            for record, new in zip(old, successors, strict=True):
+                self.store.update_container(db, record.id, state="retired", ended_at=time.time())
+                self.store.add_event(
+                    db,
+                    "handover",
+                    new.container_id,
+                    f"takes {len(record.tasks)} tasks of {record.id} with partitions "
+                    f"{counts}, job model {model.version}",
+                )
+        for record in old:
+            live = self._live.pop(record.id, None)
+            self._set(record.id, state="retired", ended_at=time.time())
+            if live is not None and record.pid is not None:
+                self._retired[record.id] = live.renewed_at
+                self.launcher.kill(record.pid, record.id, signal.SIGTERM)
+        self.model = model
+
+    def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
+        # A container that never got going hands on what it was given.
+        started = (
+            Path(record.checkpoint, "commits").is_dir()
+            or Path(record.checkpoint, "offsets").is_dir()
+        )
+        return (record.checkpoint,) if started else record.sources
 
     def _fail_over(self, old_id: str, reason: str) -> None:
         old = self._records[old_id]
-        # The new generation starts from the old one's committed prefix; a container that
-        # never got going hands on what it was given.
-        started = (
-            Path(old.checkpoint, "commits").is_dir() or Path(old.checkpoint, "offsets").is_dir()
-        )
-        sources = (old.checkpoint,) if started else old.sources
+        # The new generation starts from the old one's committed prefix.
         with self.store.transaction() as db:
-            new = self._new_container(db, old.tasks, sources)
+            new = self._new_container(db, old.tasks, self._sources_of(old))
             containers = [c for c in self.model.containers if c.container_id != old_id]
             model = JobModel(
                 self.model.version + 1,
@@ -555,6 +750,7 @@ class Supervisor:
                 self.model.elasticity_factor,
                 dict(self.model.partitions),
                 tuple(sorted([*containers, new], key=lambda c: c.container_id)),
+                planned_partitions=self.model.planned_partitions,
             )
             self.store.save_model(db, model)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
@@ -658,6 +854,13 @@ class Supervisor:
             "jobModelVersion": self.model.version,
             "elasticityFactor": self.model.elasticity_factor,
             "partitions": dict(self.model.partitions),
+            "partitionMonitor": {
+                "plannedPartitions": dict(self.model.planned),
+                "seen": dict(self.partitions_seen),
+                "refused": self.partitions_refused,
+                "growth": self._growth(),
+                "checkEveryS": self.partition_check_s if self.watch is not None else None,
+            },
             "lease": {
                 "leaseS": self.terms.lease_s,
                 "marginS": self.terms.margin_s,

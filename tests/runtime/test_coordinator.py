@@ -59,7 +59,12 @@ class Coordinator:
     """A coordinator server on a thread, launching stand-in containers."""
 
     def __init__(
-        self, root: Path, containers: int = 2, command: list[str] | None = None, port: int = 0
+        self,
+        root: Path,
+        containers: int = 2,
+        command: list[str] | None = None,
+        port: int = 0,
+        **supervisor: Any,
     ) -> None:
         self.root = root
         self.launcher = LocalLauncher(
@@ -76,6 +81,7 @@ class Coordinator:
                 TERMS,
                 startup_s=20,
                 container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200"},
+                **supervisor,
             ),
             bind("127.0.0.1", port),
         )
@@ -299,9 +305,21 @@ def test_a_store_of_another_job_shape_is_refused(tmp_path: Path) -> None:
     Supervisor(
         shape(tmp_path), Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
     )
-    grown = JobShape("clicks", "jobs.py:job", 4, {"clicks": 6}, TASKS, str(tmp_path / "cp"))
-    with pytest.raises(ArgumentError, match="must not remap keys"):
-        Supervisor(grown, Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS)
+    cp = str(tmp_path / "cp")
+    for other in (
+        JobShape("clicks", "jobs.py:job", 4, {"clicks": 4}, TASKS, cp),  # 3 -> 4: remaps keys
+        JobShape("clicks", "jobs.py:job", 4, {"clicks": 2}, TASKS, cp),  # a shrink
+        JobShape("clicks", "jobs.py:job", 8, {"clicks": 3}, TASKS, cp),  # another factor
+        JobShape("views", "jobs.py:job", 4, {"clicks": 3}, TASKS, cp),  # another job
+    ):
+        with pytest.raises(ArgumentError, match="must not remap keys"):
+            Supervisor(other, Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS)
+    # Inputs that grew while the coordinator was down are the same job (SEP-5): its
+    # monitor takes the growth up, with the tasks it planned.
+    grown = JobShape("clicks", "jobs.py:job", 4, {"clicks": 6}, TASKS, cp)
+    again = Supervisor(grown, Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS)
+    assert again.model.partitions == {"clicks": 3}
+    assert again.model.version == 1
 
 
 def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
