@@ -65,7 +65,8 @@ def register(subparsers: Any) -> None:
         description=(
             "Read tasks, clients (capacity, lags, previous assignment, leaving) and config as "
             "JSON; print each client's active, standby and warm-up tasks, whether a probing "
-            "rebalance is needed, and which leaving clients may shut down."
+            "rebalance is needed, which leaving clients may shut down, and warnings (standbys "
+            "short, stale reports ignored; also on stderr, one line each)."
         ),
     )
     parser.add_argument("input", metavar="FILE", help="the problem as JSON, or - for stdin")
