@@ -16,9 +16,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from spark_elastic.runtime.job import JobInput
 
 __all__ = ["register"]
 
@@ -151,20 +154,14 @@ def register(subparsers: Any) -> None:
 class _InputWatch:
     """The job's input as the coordinator's partition monitor sees it."""
 
-    def __init__(self, job_input: Any) -> None:
+    def __init__(self, job_input: JobInput) -> None:
         self.input = job_input
 
     def partition_counts(self) -> Mapping[str, int]:
-        counts: Mapping[str, int] = self.input.partition_counts()
-        return counts
+        return self.input.partition_counts()
 
     def end_offsets(self, topic: str) -> Mapping[int, int]:
-        ends = getattr(self.input, "end_offsets", None)
-        if callable(ends):
-            return dict(ends(topic))
-        from spark_elastic.log.embedded import EmbeddedLog
-
-        return EmbeddedLog(self.input.path, create=False).end_offsets(topic)
+        return self.input.end_offsets(topic)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -401,17 +401,8 @@ def _start_query(
     """Build and start the container's query. Runs on the driver, once per container."""
     from pyspark.sql import functions as F
 
-    from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
-
-    register_log_source(spark)
-    reader = (
-        spark.readStream.format(LOG_SOURCE_FORMAT)
-        .option("path", job.input.path)
-        .option("assign", json.dumps(needed_partitions(plan, mine.tasks)))
-        .option("startingOffsets", "earliest")
-    )
-    if job.input.max_records_per_batch is not None:
-        reader = reader.option("maxOffsetsPerTrigger", job.input.max_records_per_batch)
+    # The embedded log's source and Spark's kafka source get the same options.
+    reader = job.input.stream_reader(spark, needed_partitions(plan, mine.tasks))
     records = reader.load().observe(READ_METRIC, F.count(F.lit(1)).alias("read"))
     # Spark pins the state partition count in the checkpoint at the first start; one per task.
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.task_count))
@@ -508,11 +499,8 @@ def build_report(
     ProgressReport
         Committed offsets and lag per task, and records read against processed.
     """
-    from spark_elastic.log.embedded import EmbeddedLog
-
     offsets = _offsets_of(progress)
-    log = EmbeddedLog(job.input.path, create=False)
-    ends = {topic: log.end_offsets(topic) for topic in offsets}
+    ends = {topic: job.input.end_offsets(topic) for topic in offsets}
     ids = {name: i for i, name in enumerate(plan.task_names())}
     tasks = []
     for name in mine.tasks:

@@ -572,7 +572,7 @@ class Job:
     """
 
     name: str
-    input: LogInput
+    input: LogInput | KafkaInput
     elasticity_factor: int
     checkpoint_root: str
     sink: Sink
@@ -591,8 +591,8 @@ class Job:
             raise ArgumentError.invalid(
                 "Job.name", "a non-empty name of letters, digits, '-' and '_'", self.name
             )
-        if not isinstance(self.input, LogInput):
-            raise ArgumentTypeError.wrong_type("Job.input", "a LogInput", self.input)
+        if not isinstance(self.input, LogInput | KafkaInput):
+            raise ArgumentTypeError.wrong_type("Job.input", "a LogInput or KafkaInput", self.input)
         validate_elasticity_factor(self.elasticity_factor)
         if not isinstance(self.checkpoint_root, str | os.PathLike):
             raise ArgumentTypeError.wrong_type(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, JobDefinitionError
-from spark_elastic.runtime.job import Job, LogInput, ParquetSink, load_job
+from spark_elastic.runtime.job import Job, KafkaInput, LogInput, ParquetSink, load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "jobs" / "click_counts.py"
@@ -104,3 +104,10 @@ def test_checkpoint_roots_are_local_paths_or_file_uris() -> None:
 def test_a_sink_must_have_write() -> None:
     with pytest.raises(ArgumentTypeError, match=r"Job\.sink: expected a Sink"):
         make_job(sink="/data/out")
+
+
+def test_a_job_reads_the_embedded_log_or_kafka_and_nothing_else() -> None:
+    kafka = KafkaInput("127.0.0.1:9092", ("clicks",), max_records_per_batch=500)
+    assert make_job(input=kafka).input is kafka
+    with pytest.raises(ArgumentTypeError, match=r"Job\.input: expected a LogInput or KafkaInput"):
+        make_job(input="/data/log")
