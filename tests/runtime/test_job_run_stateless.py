@@ -23,6 +23,7 @@ from test_job_run import RECORDS, RunningJob, produce, wait_until
 
 from spark_elastic import EmbeddedLog, with_virtual_tasks
 from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
+from spark_elastic.runtime.growth import grown_plan
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,9 @@ def tagged_rows(out: Path) -> list[Row]:
     return rows
 
 
-def reference(spark: SparkSession, root: Path) -> set[Row]:
+def reference(spark: SparkSession, root: Path, partitions: int = 2) -> set[Row]:
+    """Each record with the task the plan gives it: planned at 2 partitions, grown to
+    ``partitions`` by SEP-5's rule (partition p joins the tasks of p mod 2)."""
     register_log_source(spark)
     clicks = (
         spark.read.format(LOG_SOURCE_FORMAT)
@@ -48,7 +51,8 @@ def reference(spark: SparkSession, root: Path) -> set[Row]:
         .option("subscribe", "clicks")
         .load()
     )
-    tagged = clicks.transform(with_virtual_tasks(4, partitions={"clicks": 2}, route=False))
+    plan = grown_plan("partition", 4, {"clicks": 2}, {"clicks": partitions})
+    tagged = clicks.transform(with_virtual_tasks(plan=plan, route=False))
     return {
         (r.key.decode(), r.partition, r.offset, r.virtual_task)
         for r in tagged.select("key", "partition", "offset", "virtual_task").collect()
@@ -149,3 +153,54 @@ def test_containers_run_on_a_spark_standalone_cluster(
         assert master_log.count("Registering app spark-elastic click-tasks") == 2
         assert "Launching executor" in master_log
         job.cleanup()
+
+
+def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
+    """``(user, partition, offset, generation, batch)`` of every published row."""
+    rows = []
+    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
+        generation = int(success.parent.parent.name.split("=")[1])
+        batch = int(success.parent.name.split("=")[1])
+        with contextlib.suppress(FileNotFoundError):
+            t = pq.read_table(success.parent).to_pydict()
+            rows.extend(
+                (u, p, o, generation, batch)
+                for u, p, o in zip(t["user"], t["partition"], t["offset"], strict=True)
+            )
+    return rows
+
+
+def test_a_topic_grown_while_running_is_followed_in_key_order(
+    spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = run_job(2, "--partition-check-ms", "500")
+    log = EmbeddedLog(clicks / "log")
+    log.grow("clicks", 4)  # a backlog of RECORDS waits in the old partitions
+    produce(log, RECORDS, 3000)  # these keys now hash over 4 partitions
+    model = wait_until(
+        "the job model grown to 4 partitions",
+        lambda: (m := job.job_model())["partitions"] == {"clicks": 4} and m,
+        timeout=240,
+    )
+    assert model["plannedPartitions"] == {"clicks": 2}
+    # Same eight virtual tasks: partitions 2 and 3 joined the tasks of 0 and 1.
+    expected = reference(spark, clicks, partitions=4)
+    assert {task for *_, task in expected} == {t for c in model["containers"] for t in c["tasks"]}
+    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
+    assert set(tagged_rows(clicks / "tasks-out")) == expected
+
+    # Per key: the records it had in its old partition (0 or 1) were all published before
+    # any of its records in a new one (2 or 3), which only the successors read.
+    first_new: dict[str, tuple[int, int]] = {}
+    last_old: dict[str, tuple[int, int]] = {}
+    for user, partition, _, generation, batch in published_rows(clicks / "tasks-out"):
+        when = (generation, batch)
+        if partition >= 2:
+            first_new[user] = min(first_new.get(user, when), when)
+        else:
+            last_old[user] = max(last_old.get(user, when), when)
+    assert first_new, "no record was read from a new partition"
+    out_of_order = [u for u in first_new if u in last_old and last_old[u] >= first_new[u]]
+    assert out_of_order == []
+    events = [e["kind"] for e in job.status()["events"]]
+    assert events.count("handover") == 2
