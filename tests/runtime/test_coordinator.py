@@ -64,6 +64,7 @@ class Coordinator:
         containers: int = 2,
         command: list[str] | None = None,
         port: int = 0,
+        job_shape: JobShape | None = None,
         **supervisor: Any,
     ) -> None:
         self.root = root
@@ -73,7 +74,7 @@ class Coordinator:
         store = Store(root / "coordinator.db")
         self.server = CoordinatorServer(
             lambda url: Supervisor(
-                shape(root),
+                job_shape or shape(root),
                 store,
                 self.launcher,
                 url,

@@ -7,18 +7,21 @@ embedded log that grows.
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_coordinator import Coordinator, call, wait_until
+from test_coordinator import TASKS, TERMS, Coordinator, call, wait_until
 
 from spark_elastic import EmbeddedLog, LogInput
 from spark_elastic.cli.job import _InputWatch
 from spark_elastic.errors import ProtocolError
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.protocol import JobModel
+from spark_elastic.runtime.supervisor import JobShape
 
 
 @pytest.mark.parametrize(
@@ -192,3 +195,101 @@ def call_text(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=5) as response:
         return str(response.read().decode())
+
+
+def watched(tmp_path: Path, port: int = 0) -> Coordinator:
+    """A coordinator as ``job run`` starts one: its shape from the log's counts now."""
+    job_input = LogInput(str(tmp_path / "log"), ("clicks",))
+    counts = job_input.partition_counts()
+    job_shape = JobShape("clicks", "jobs.py:job", 4, counts, TASKS, str(tmp_path / "cp"))
+    return Coordinator(
+        tmp_path,
+        port=port,
+        job_shape=job_shape,
+        watch=_InputWatch(job_input),
+        partition_check_s=CHECK_S,
+    )
+
+
+def crash(coordinator: Coordinator) -> None:
+    """Leave the containers running when the server stops, as a crash would."""
+    coordinator.supervisor.stop = lambda timeout_s=0: None  # type: ignore[method-assign]
+
+
+def test_a_coordinator_restarted_mid_drain_resumes_the_growth(
+    tmp_path: Path, log: EmbeddedLog
+) -> None:
+    first = watched(tmp_path)
+    try:
+        with first.server.running_in_thread():
+            wait_until("two containers", lambda: len(first.running()) == 2)
+            ends = log.end_offsets("clicks")
+            log.grow("clicks", 6)
+            barrier = wait_until("the growth seen", lambda: monitor(first)["growth"])["barrier"]
+            crash(first)
+        second = watched(tmp_path, port=int(first.url.rsplit(":", 1)[1]))
+        with second.server.running_in_thread():
+            # The growth and its barrier survived; nothing moved before the old partitions drain.
+            assert monitor(second)["growth"]["barrier"] == barrier
+            assert call(f"{second.url}/jobModel")[1]["version"] == 1
+            wait_until("both containers back", lambda: len(second.running()) == 2)
+            commit_up_to(second, ends)
+            wait_until(
+                "the handover",
+                lambda: call(f"{second.url}/jobModel")[1]["partitions"] == {"clicks": 6},
+            )
+            model = call(f"{second.url}/jobModel")[1]
+            assert len(model["containers"]) == 2
+            assert len({t for c in model["containers"] for t in c["tasks"]}) == 12
+    finally:
+        first.kill_all()
+
+
+def test_a_successor_never_starts_while_its_predecessor_may_still_write(
+    tmp_path: Path, log: EmbeddedLog
+) -> None:
+    first = watched(tmp_path)
+    try:
+        with first.server.running_in_thread():
+            running = wait_until(
+                "two containers", lambda: len(first.running()) == 2 and first.running()
+            )
+            # A predecessor that ignores SIGTERM: only its lease running out may let its
+            # successor start (a real container stops its writes when the lease ends).
+            victim = sorted(running)[0]
+            first.launcher.kill(running[victim], victim, signal.SIGSTOP)
+            log.grow("clicks", 6)
+            wait_until("the growth seen", lambda: monitor(first)["growth"])
+            commit_up_to(first, log.end_offsets("clicks"))
+            model = wait_until(
+                "the handover",
+                lambda: (m := call(f"{first.url}/jobModel")[1])["version"] == 2 and m,
+            )
+            crash(first)
+        handed_at = time.monotonic()
+        # The coordinator restarts right after the handover committed.
+        second = watched(tmp_path, port=int(first.url.rsplit(":", 1)[1]))
+        with second.server.running_in_thread():
+            heir = next(
+                c["containerId"]
+                for c in model["containers"]
+                if any(f"-{victim}" in s for s in c["sources"])
+            )
+            launched = wait_until(
+                "the heir launched",
+                lambda: next(
+                    (
+                        e["at"]
+                        for e in second.status()["events"]
+                        if e["kind"] == "launch" and e["container"] == heir
+                    ),
+                    None,
+                ),
+                timeout=60,
+            )
+            assert launched is not None
+            # Not before the stopped predecessor's lease and margin ran out.
+            assert time.monotonic() - handed_at >= TERMS.lease_s + TERMS.margin_s - 0.5
+            assert not first.launcher.alive(running[victim], victim)
+    finally:
+        first.kill_all()
