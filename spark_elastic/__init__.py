@@ -16,6 +16,7 @@ from spark_elastic.assignment.assignor import assign, is_balanced
 from spark_elastic.assignment.model import (
     AssignmentConfig,
     AssignmentResult,
+    AssignmentWarning,
     ClientAssignment,
     ClientState,
     ProbingRebalance,
@@ -95,6 +96,7 @@ __all__ = [
     "load_job",
     "AssignmentConfig",
     "AssignmentResult",
+    "AssignmentWarning",
     "ClientAssignment",
     "ClientState",
     "ProbingRebalance",
