@@ -122,3 +122,7 @@ class ProtocolError(SparkElasticError, ValueError):
 
 class FencedError(SparkElasticError, RuntimeError):
     """A container's lease has expired: it must not write output or commit a batch."""
+
+
+class ChangeRefusedError(SparkElasticError):
+    """A running job cannot take a change now: another is under way, or it is not built yet."""
