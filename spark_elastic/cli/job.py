@@ -149,6 +149,16 @@ def register(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="everything, as JSON")
     status.add_argument("--token", help="bearer token, if the coordinator requires one")
     status.set_defaults(run=_status)
+    scale = commands.add_parser(
+        "scale",
+        help="change how many containers run a job",
+        description="Change how many containers run a running job (KIP-441's assignor plans "
+        "the moves; containers whose tasks stay keep running).",
+    )
+    scale.add_argument("url", metavar="URL", help="the coordinator's URL")
+    scale.add_argument("--containers", type=_count, required=True, help="the new container count")
+    scale.add_argument("--token", help="bearer token, if the coordinator requires one")
+    scale.set_defaults(run=_scale)
 
 
 class _InputWatch:
@@ -189,6 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         tuple(plan.task_names()),
         str(root),
         job.grouper,
+        stateful=job.processor is not None,
     )
     container_env = {
         "SPARK_ELASTIC_HEARTBEAT_MS": str(args.heartbeat_ms),
@@ -252,25 +263,41 @@ def _check_lease_options(args: argparse.Namespace) -> None:
         )
 
 
-def _status(args: argparse.Namespace) -> int:
-    url = args.url.rstrip("/")
+def _call(url_arg: str, path: str, token: str | None, body: Any = None) -> Any:
+    """One request to a coordinator; every failure is one line naming URL."""
+    url = url_arg.rstrip("/")
     if not url.startswith(("http://", "https://")):
-        raise ArgumentError.invalid("URL", "the coordinator's http:// URL", args.url)
-    request = urllib.request.Request(f"{url}/status.json")
-    if args.token:
-        request.add_header("Authorization", f"Bearer {args.token}")
+        raise ArgumentError.invalid("URL", "the coordinator's http:// URL", url_arg)
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{url}{path}", data=data)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            status = json.loads(response.read())
+            return json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        raise ArgumentError.invalid(
-            "URL", "a spark-elastic coordinator", f"{url} (HTTP {exc.code})"
-        ) from None
+        try:
+            message = json.loads(exc.read())["error"]
+        except (ValueError, KeyError, TypeError):
+            raise ArgumentError.invalid(
+                "URL", "a spark-elastic coordinator", f"{url} (HTTP {exc.code})"
+            ) from None
+        raise ArgumentError(f"{url}{path}: {message}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ArgumentError.invalid(
             "URL", "a running spark-elastic coordinator", f"{url} ({reason})"
         ) from None
+
+
+def _scale(args: argparse.Namespace) -> int:
+    reply = _call(args.url, "/scale", args.token, {"containers": args.containers})
+    print(reply["summary"])
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = _call(args.url, "/status.json", args.token)
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0

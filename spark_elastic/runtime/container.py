@@ -397,12 +397,15 @@ def _start_query(
     mine: ContainerModel,
     lease: ContainerLease,
     settings: ContainerSettings,
+    starts: Mapping[str, Mapping[str, int]] | None = None,
 ) -> StreamingQuery:
     """Build and start the container's query. Runs on the driver, once per container."""
     from pyspark.sql import functions as F
 
     # The embedded log's source and Spark's kafka source get the same options.
     reader = job.input.stream_reader(spark, needed_partitions(plan, mine.tasks))
+    if starts is not None:  # a fresh checkpoint: where the predecessors stopped
+        reader = reader.option("startingOffsets", json.dumps(starts))
     records = reader.load().observe(READ_METRIC, F.count(F.lit(1)).alias("read"))
     # Spark pins the state partition count in the checkpoint at the first start; one per task.
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.task_count))
@@ -529,21 +532,48 @@ def build_report(
     )
 
 
-def _prepare_checkpoint(mine: ContainerModel) -> None:
-    """Fork this generation from the previous owner's committed prefix, once."""
+def _prepare_checkpoint(
+    mine: ContainerModel, plan: JobPlan, stateful: bool
+) -> dict[str, dict[str, int]] | None:
+    """Set up this generation from its predecessors, once; the starting offsets, if any.
+
+    A stateful generation forks its one predecessor's committed prefix (keyed
+    state and bucket checkpoints included). A stateless one starts a fresh
+    checkpoint where its predecessors stopped: for each partition its tasks
+    read, the lowest offset any of them committed (two predecessors may have
+    read one partition for different tasks; output is at-least-once), and the
+    earliest offset for a partition none of them read (a new one, after growth).
+    """
     target = Path(mine.checkpoint)
     if target.exists() or not mine.sources:
-        return
+        return None
+    if not stateful:
+        from spark_elastic.state.checkpoint_dir import last_batch
+
+        batches = [b for b in map(last_batch, mine.sources) if b is not None]
+        starts: dict[str, dict[str, int]] = {}
+        for topic, partitions in needed_partitions(plan, mine.tasks).items():
+            for partition in partitions:
+                seen = [
+                    int(b.offsets[topic][str(partition)])
+                    for b in batches
+                    if str(partition) in b.offsets.get(topic, {})
+                ]
+                starts.setdefault(topic, {})[str(partition)] = min(seen) if seen else -2
+        _log(f"starting from the offsets {len(mine.sources)} predecessors committed: {starts}")
+        return starts
     if len(mine.sources) > 1:
         raise SparkElasticError(
-            f"container {mine.container_id}: a generation made from {len(mine.sources)} "
-            "checkpoints needs a rescale, which containers do not run yet"
+            f"container {mine.container_id}: a stateful generation made from "
+            f"{len(mine.sources)} checkpoints needs their state merged, which containers do "
+            "not do yet"
         )
     result = fork_committed(mine.sources[0], target)
     _log(
         f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
         f"({result.files} files, {result.bytes} bytes)"
     )
+    return None
 
 
 def run_container(settings: ContainerSettings) -> int:
@@ -594,17 +624,17 @@ def run_container(settings: ContainerSettings) -> int:
     beats.lease_s = reply.lease_ms / 1000
     beats.start()
 
-    _prepare_checkpoint(mine)
     # The tasks are those planned for the planned counts; after SEP-5 growth a new
     # partition joins the tasks of its partition modulo the planned count.
     plan = grown_plan(job.grouper, job.elasticity_factor, model.planned, model.partitions)
+    starts = _prepare_checkpoint(mine, plan, stateful=job.processor is not None)
     spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
     from pyspark import cloudpickle
 
     # The job's functions and classes travel to Spark's Python workers by value, so the
     # workers need not import the job file (it may not be on their path, e.g. on a cluster).
     cloudpickle.register_pickle_by_value(module)
-    query = _start_query(spark, job, plan, mine, lease, settings)
+    query = _start_query(spark, job, plan, mine, lease, settings, starts)
     _log(f"running tasks {', '.join(mine.tasks)} in generation {mine.generation}")
     code = _supervise(query, job, plan, mine, client, stop, dead)
     beats.stopping.set()

@@ -16,7 +16,8 @@ default; bound to any other address, every request needs
 token. Errors are JSON: ``{"error": "one line"}``.
 
 Endpoints: ``GET /jobModel``, ``GET /containerHeartbeat?executionContainerId=ID``,
-``POST /containers/register``, ``POST /containers/progress``, ``GET /``
+``POST /containers/register``, ``POST /containers/progress``,
+``POST /scale`` (``{"containers": N}``; 409 while another change is under way), ``GET /``
 (status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
 """
 
@@ -38,7 +39,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from spark_elastic.errors import ArgumentError, ProtocolError, SparkElasticError
+from spark_elastic.errors import (
+    ArgumentError,
+    ChangeRefusedError,
+    ProtocolError,
+    SparkElasticError,
+)
 from spark_elastic.runtime.protocol import ProgressReport, Registration, validate_container_id
 from spark_elastic.runtime.supervisor import Supervisor
 
@@ -261,6 +267,7 @@ class CoordinatorServer:
         app.router.add_get("/containerHeartbeat", self._heartbeat)
         app.router.add_post("/containers/register", self._register)
         app.router.add_post("/containers/progress", self._progress)
+        app.router.add_post("/scale", self._scale)
         app.router.add_get("/status.json", self._status)
         app.router.add_get("/metrics", self._metrics)
         return app
@@ -283,6 +290,8 @@ class CoordinatorServer:
             return _error(413, f"request body over {MAX_BODY} bytes")
         except (ProtocolError, ArgumentError) as exc:
             return _error(400, str(exc))
+        except ChangeRefusedError as exc:
+            return _error(409, str(exc))
         except web.HTTPException as exc:
             return _error(exc.status, exc.reason)
         finally:
@@ -318,6 +327,15 @@ class CoordinatorServer:
     async def _progress(self, request: web.Request) -> web.Response:
         report = ProgressReport.from_json(await self._json_body(request))
         return web.json_response(self.supervisor.progress(report).to_json())
+
+    async def _scale(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        if not isinstance(body, dict) or set(body) != {"containers"}:
+            raise ProtocolError('/scale: expected {"containers": N}')
+        summary = self.supervisor.scale(body["containers"])
+        return web.json_response(
+            {"summary": summary, "jobModelVersion": self.supervisor.model.version}
+        )
 
     async def _job_model(self, request: web.Request) -> web.Response:
         return web.json_response(self.supervisor.model.to_json())

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from spark_elastic.errors import ArgumentError, ProtocolError
+from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
 from spark_elastic.model.names import TaskName
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.lease import LeaseTerms
@@ -93,6 +93,8 @@ class JobShape:
         Local directory under which generations keep their checkpoints.
     grouper
         The job's grouper name.
+    stateful
+        Whether the job keeps keyed state (a ``TaskProcessor``).
     """
 
     name: str
@@ -102,6 +104,7 @@ class JobShape:
     tasks: tuple[str, ...]
     checkpoint_root: str
     grouper: str = "partition"
+    stateful: bool = False
 
     def checkpoint_of(self, generation: int, container_id: str) -> str:
         """Where a generation keeps its checkpoint.
@@ -123,6 +126,29 @@ class JobShape:
 
 def _offsets_text(offsets: Mapping[str, Mapping[int, int]]) -> str:
     return json.dumps({t: {str(p): o for p, o in sorted(ps.items())} for t, ps in offsets.items()})
+
+
+def _scale_assignment(
+    tasks: Sequence[str], current: Sequence[ContainerModel], containers: int
+) -> list[tuple[str, ...]]:
+    """The task sets of ``containers`` containers, sticky to ``current`` (KIP-441's assignor).
+
+    Scaling in, the newest containers leave; scaling out, new ones join empty.
+    """
+    from spark_elastic.assignment.assignor import assign
+    from spark_elastic.assignment.model import ClientState, TaskSpec
+
+    by_age = sorted(current, key=lambda c: c.generation)
+    leaving = {c.container_id for c in by_age[containers:]}
+    clients = [
+        ClientState(c.container_id, previous_active=c.tasks, leaving=c.container_id in leaving)
+        for c in current
+    ]
+    # Ids that sort after every current one: ties go to containers already running.
+    clients += [ClientState(f"~new-{i:06d}") for i in range(containers - len(current))]
+    result = assign([TaskSpec(t, stateful=False) for t in tasks], clients)
+    sets = [tuple(sorted(a.active)) for a in result.assignment.values() if a.active]
+    return sorted(sets)
 
 
 def _locality_key(task: str) -> tuple[int, int, str]:
@@ -722,13 +748,123 @@ class Supervisor:
                     f"takes {len(record.tasks)} tasks of {record.id} with partitions "
                     f"{counts}, job model {model.version}",
                 )
-        for record in old:
+        self._retire(old)
+        self.model = model
+
+    # 6. scale
+
+    def scale(self, containers: int) -> str:
+        """Run the job's tasks on ``containers`` containers from now on (KIP-441 moves).
+
+        The assignor plans the moves, sticky: a container whose tasks stay the
+        same keeps running. Every other one hands over to a successor, like a
+        growth handover: the successor starts once its predecessors stopped
+        (or their leases ran out), a stateless one from the offsets they
+        committed (the lowest where two read one partition: output is
+        at-least-once).
+
+        Parameters
+        ----------
+        containers
+            The new container count, from 1 to the job's task count.
+
+        Returns
+        -------
+        str
+            What changed, in one line.
+
+        Raises
+        ------
+        ArgumentError
+            ``containers`` out of range.
+        ChangeRefusedError
+            Another change (a growth, a handover) is under way, or the job is
+            stateful (moving keyed state between live containers is not built
+            yet).
+        """
+        tasks = [t for c in self.model.containers for t in c.tasks]
+        if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
+            raise ArgumentError.invalid("containers", "a whole number >= 1", containers)
+        if containers > len(tasks):
+            raise ArgumentError.invalid(
+                "containers", f"at most the job's {len(tasks)} virtual tasks", containers
+            )
+        if self.shape.stateful:
+            raise ChangeRefusedError(
+                "containers: a stateful job cannot be scaled live yet (its keyed state would "
+                "have to move between containers with warm-ups); stop it and start it on the "
+                "new count"
+            )
+        self._refuse_if_busy()
+        current = list(self.model.containers)
+        if containers == len(current):
+            return f"already {containers} containers: nothing to do"
+        plan = _scale_assignment(tasks, current, containers)
+        kept = [c for c in current if c.tasks in plan]
+        moved = [c for c in current if c.tasks not in plan]
+        new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
+        owner = {t: c for c in current for t in c.tasks}
+        with self.store.transaction() as db:
+            successors = [
+                self._new_container(
+                    db,
+                    task_set,
+                    tuple(
+                        dict.fromkeys(
+                            src
+                            for t in task_set
+                            for src in self._sources_of(self._records[owner[t].container_id])
+                        )
+                    ),
+                )
+                for task_set in new_sets
+            ]
+            model = JobModel(
+                self.model.version + 1,
+                self.model.job,
+                self.model.elasticity_factor,
+                dict(self.model.partitions),
+                tuple(sorted([*kept, *successors], key=lambda c: c.container_id)),
+                planned_partitions=self.model.planned_partitions,
+            )
+            self.store.save_model(db, model)
+            summary = (
+                f"{len(current)} -> {containers} containers: {len(kept)} keep their tasks, "
+                f"{len(moved)} hand over to {len(successors)}, job model {model.version}"
+            )
+            self.store.add_event(db, "scale", detail=summary)
+            for record in moved:
+                self.store.update_container(
+                    db, record.container_id, state="retired", ended_at=time.time()
+                )
+        self._retire([self._records[c.container_id] for c in moved])
+        self.model = model
+        return summary
+
+    def _refuse_if_busy(self) -> None:
+        if self._growth() is not None:
+            raise ChangeRefusedError(
+                "a partition growth is under way (old partitions draining); retry after it"
+            )
+        if self._retired:
+            raise ChangeRefusedError(
+                f"a handover is under way (containers {sorted(self._retired)} still stopping); "
+                "retry after it"
+            )
+        waiting = sorted(r.id for r in self._records.values() if r.state == "launching")
+        if waiting:
+            raise ChangeRefusedError(
+                f"containers {waiting} are still starting; retry once they run"
+            )
+
+    def _retire(self, records: Sequence[ContainerRecord]) -> None:
+        """Stop predecessors: no more leases, SIGTERM; successors wait for them (``_waits``)."""
+        for record in records:
             live = self._live.pop(record.id, None)
             self._set(record.id, state="retired", ended_at=time.time())
             if live is not None and record.pid is not None:
                 self._retired[record.id] = live.renewed_at
                 self.launcher.kill(record.pid, record.id, signal.SIGTERM)
-        self.model = model
 
     def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
         # A container that never got going hands on what it was given.

@@ -2,6 +2,8 @@
 
 It registers, then heartbeats every SPARK_ELASTIC_HEARTBEAT_MS until the
 coordinator answers ``alive: false`` (exit 1) or it gets SIGTERM (exit 0).
+With STANDIN_STUBBORN=1 it ignores both and heartbeats on: a predecessor that
+does not stop when told, as a hung container would not.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ def main() -> int:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGTERM, on_term)
+    stubborn = os.environ.get("STANDIN_STUBBORN") == "1"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if stubborn else on_term)
     if not client.register(Registration(settings.container_id, os.getpid())).alive:
         return 1
     while not stop:
         try:
-            if not client.heartbeat(settings.container_id).alive:
+            if not client.heartbeat(settings.container_id).alive and not stubborn:
                 return 1
         except OSError:
             pass

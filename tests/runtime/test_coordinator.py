@@ -65,6 +65,7 @@ class Coordinator:
         command: list[str] | None = None,
         port: int = 0,
         job_shape: JobShape | None = None,
+        env: dict[str, str] | None = None,
         **supervisor: Any,
     ) -> None:
         self.root = root
@@ -81,7 +82,7 @@ class Coordinator:
                 containers,
                 TERMS,
                 startup_s=20,
-                container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200"},
+                container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200", **(env or {})},
                 **supervisor,
             ),
             bind("127.0.0.1", port),

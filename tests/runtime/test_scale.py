@@ -1,0 +1,178 @@
+"""Scaling a running job's containers: KIP-441's assignor plans the moves, over real HTTP.
+
+Stand-in container processes (no Spark) under a real coordinator; the
+end-to-end run with real containers is in test_job_run_stateless.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import run_cli
+from test_cli_job import one_line_error
+from test_coordinator import TASKS, Coordinator, call, shape, wait_until
+from test_growth import Clock
+
+from spark_elastic.runtime.supervisor import JobShape
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
+    c = Coordinator(tmp_path)
+    try:
+        with c.server.running_in_thread():
+            yield c
+    finally:
+        c.kill_all()
+
+
+def model(coordinator: Coordinator) -> dict[str, Any]:
+    return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
+
+
+def started(coordinator: Coordinator) -> None:
+    """What a real container leaves behind once it committed a batch."""
+    for c in model(coordinator)["containers"]:
+        Path(c["checkpoint"], "commits").mkdir(parents=True, exist_ok=True)
+
+
+def scale_to(coordinator: Coordinator, containers: int) -> dict[str, Any]:
+    before = model(coordinator)
+    started(coordinator)
+    status, reply = call(f"{coordinator.url}/scale", {"containers": containers})
+    assert status == 200, reply
+    after = model(coordinator)
+    assert after["version"] == before["version"] + 1 == reply["jobModelVersion"]
+    wait_until(
+        f"{containers} running containers, the model's",
+        lambda: set(coordinator.running()) == {c["containerId"] for c in after["containers"]},
+    )
+    return after
+
+
+def check_moves(before: dict[str, Any], after: dict[str, Any], containers: int) -> None:
+    sets = [c["tasks"] for c in after["containers"]]
+    assert len(sets) == containers
+    assert sorted(t for s in sets for t in s) == sorted(TASKS)  # every task once
+    assert max(map(len, sets)) - min(map(len, sets)) <= 1  # balanced
+    old = {c["containerId"]: c for c in before["containers"]}
+    for c in after["containers"]:
+        if c["containerId"] in old:  # kept: same tasks, same generation, untouched
+            assert c == old[c["containerId"]]
+        else:  # a successor starts from every predecessor that held one of its tasks
+            holders = {o["checkpoint"] for o in old.values() if set(o["tasks"]) & set(c["tasks"])}
+            assert set(c["sources"]) == holders
+
+
+def stayed(before: dict[str, Any], after: dict[str, Any]) -> int:
+    """Tasks still run by the same container, or by the one successor that continues it.
+
+    Each predecessor is continued by at most one successor, matched by the most
+    tasks in common (a one-to-one matching, largest overlaps first).
+    """
+    old = {c["checkpoint"]: set(c["tasks"]) for c in before["containers"]}
+    total, continued, successors = 0, set(), []
+    for c in after["containers"]:
+        if c["checkpoint"] in old:  # kept, untouched
+            total += len(c["tasks"])
+            continued.add(c["checkpoint"])
+        else:
+            successors.append(c)
+    pairs = sorted(
+        ((len(old[s] & set(c["tasks"])), s, c["containerId"]) for c in successors for s in old),
+        reverse=True,
+    )
+    matched: set[str] = set()
+    for overlap, source, successor in pairs:
+        if source not in continued and successor not in matched:
+            total += overlap
+            continued.add(source)
+            matched.add(successor)
+    return total
+
+
+def test_scaling_out_and_back_in_moves_only_what_balance_needs(
+    coordinator: Coordinator,
+) -> None:
+    wait_until("two containers", lambda: len(coordinator.running()) == 2)
+    two = model(coordinator)
+    three = scale_to(coordinator, 3)
+    check_moves(two, three, 3)
+    # Sticky (KIP-441): the new container takes 4 tasks; 8 stay with the container that
+    # ran them, or with its successor.
+    assert stayed(two, three) == 8
+    back = scale_to(coordinator, 2)
+    check_moves(three, back, 2)
+    assert stayed(three, back) == 8
+    kinds = [e["kind"] for e in coordinator.status()["events"]]
+    assert kinds.count("scale") == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"containers": 0}, 400, "containers: expected a whole number >= 1"),
+        ({"containers": 13}, 400, "at most the job's 12 virtual tasks"),
+        ({"containers": "3"}, 400, "whole number"),
+        ({"count": 3}, 400, '{"containers": N}'),
+    ],
+)
+def test_a_bad_scale_request_is_one_line_and_changes_nothing(
+    coordinator: Coordinator, body: dict[str, Any], status: int, needle: str
+) -> None:
+    wait_until("two containers", lambda: len(coordinator.running()) == 2)
+    reply = call(f"{coordinator.url}/scale", body)
+    assert reply[0] == status
+    assert needle in reply[1]["error"]
+    assert "\n" not in reply[1]["error"]
+    assert len(model(coordinator)["containers"]) == 2
+    assert "scale" not in [e["kind"] for e in coordinator.status()["events"]]
+
+
+@pytest.fixture
+def slow_handover(tmp_path: Path) -> Iterator[Coordinator]:
+    """Predecessors that do not stop, and a clock that stands still: a handover stays
+    under way until the spec moves the clock past their leases."""
+    c = Coordinator(tmp_path, env={"STANDIN_STUBBORN": "1"}, clock=Clock())
+    try:
+        with c.server.running_in_thread():
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            started(c)
+            yield c
+    finally:
+        c.kill_all()
+
+
+def test_a_scale_while_another_is_under_way_is_refused(slow_handover: Coordinator) -> None:
+    assert call(f"{slow_handover.url}/scale", {"containers": 3})[0] == 200
+    status, reply = call(f"{slow_handover.url}/scale", {"containers": 4})
+    assert status == 409
+    assert "a handover is under way" in reply["error"]
+    assert model(slow_handover)["version"] == 2
+
+
+def test_a_stateful_job_is_not_scaled_live_yet(tmp_path: Path) -> None:
+    base = shape(tmp_path)
+    stateful = JobShape(**{**base.__dict__, "stateful": True})
+    c = Coordinator(tmp_path, job_shape=stateful)
+    try:
+        with c.server.running_in_thread():
+            status, reply = call(f"{c.url}/scale", {"containers": 3})
+            assert status == 409
+            assert "stateful job cannot be scaled live yet" in reply["error"]
+            assert len(model(c)["containers"]) == 2
+    finally:
+        c.kill_all()
+
+
+def test_job_scale_on_the_command_line(slow_handover: Coordinator) -> None:
+    url = slow_handover.url
+    result = run_cli("job", "scale", url, "--containers", "3")
+    assert result.returncode == 0, result.stderr
+    assert "2 -> 3 containers" in result.stdout
+    one_line_error(run_cli("job", "scale", url, "--containers", "4"), "handover is under way")
+    one_line_error(run_cli("job", "scale", url, "--containers", "0"), "--containers")
+    one_line_error(run_cli("job", "scale", "http://127.0.0.1:9", "--containers", "2"), "URL")
