@@ -50,6 +50,7 @@ from spark_elastic.state.checkpoint_dir import (
     seed_dir,
     write_job,
 )
+from spark_elastic.state.query_settings import STATE_PARTITIONS_METRIC, install_start_hook
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -374,6 +375,7 @@ def _kind_of(data_type: Any) -> str:
 class _TaskRoute:
     name: str
     key_bucket: int
+    task_id: int
 
 
 class _ElasticProcessor:
@@ -437,6 +439,7 @@ class _ElasticProcessor:
 
         (routing_key,) = key
         route = self.routes[int(routing_key)]
+        _check_state_partition(route, len(self.routes))
         frames = [frame for frame in rows if len(frame)]
         if not frames:
             return
@@ -526,6 +529,28 @@ class _ElasticProcessor:
         return pd.DataFrame(row)
 
 
+def _check_state_partition(route: _TaskRoute, task_count: int) -> None:
+    """Fail loudly if the query runs with other state partitions than one per task.
+
+    Runs on an executor, once per task per micro-batch. Routing keys land task
+    ``t`` in partition ``t`` only with ``task_count`` partitions; a query started
+    around :func:`~spark_elastic.state.query_settings.install_start_hook` would pin
+    the session's count in its checkpoint instead.
+    """
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None or context.partitionId() == route.task_id:
+        return
+    raise CheckpointError(
+        f"virtual task {route.name} (task {route.task_id} of {task_count}) runs in state "
+        f"partition {context.partitionId()}: the query was started with the session's "
+        "spark.sql.shuffle.partitions instead of one state partition per virtual task; start "
+        "it with pyspark's writeStream...start() or toTable() (spark-elastic sets the count "
+        "for the query there) on a new checkpoint"
+    )
+
+
 def _covered(batch: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]]) -> Any:
     """Per row: is it below a checkpoint of its key (applied already)?"""
     skip = np.zeros(len(batch), dtype=bool)
@@ -575,11 +600,15 @@ def with_task_state(
 
     Runs on the driver: it records the job in ``<checkpoint>/_spark_elastic``,
     refuses a checkpoint made for another job or factor (``rescale`` it
-    instead), sets ``spark.sql.shuffle.partitions`` to the virtual task count
-    (the number of state partitions the checkpoint will pin), holds the
-    checkpoint's owner lock while the query lives, and loads a ``rescale``
-    seed in the first micro-batch. Metrics are observed as
-    ``lastProgress["observedMetrics"]["spark_elastic"]``: ``task_count``,
+    instead), holds the checkpoint's owner lock while the query lives, and
+    loads a ``rescale`` seed in the first micro-batch. The session is not
+    changed: the query gets one state partition per virtual task and the
+    RocksDB state store for itself when it starts (pyspark's ``start()`` and
+    ``toTable()`` are wrapped for that; see
+    :mod:`spark_elastic.state.query_settings`), so several stateful jobs
+    and unrelated queries share a session. Metrics are observed as
+    ``lastProgress["observedMetrics"]["spark_elastic"]``: ``state_partitions``
+    (the query's virtual tasks), ``task_count`` (the tasks it owns),
     ``active_tasks``, ``records_processed``, ``records_skipped``,
     ``key_bucket_ns`` (deriving each record's bucket at every checkpointed
     factor from its key hash and comparing its offset with that bucket's
@@ -658,7 +687,9 @@ def with_task_state(
         checkpoint = Path(checkpoint_location)
         _claim(spark, checkpoint, spec)
         routing = VirtualTaskRouting.of(job_plan)
-        spark.conf.set("spark.sql.shuffle.partitions", str(routing.task_count))
+        # One state partition per task, for this query only: set while it starts (see
+        # query_settings), never on the session, so other queries keep their own.
+        install_start_hook(METRICS_NAME)
         routed = df.transform(
             with_virtual_tasks(plan=job_plan, hash=hash, system=system, columns=cols, route=False)
         ).withColumn(BUCKET_HASH, key_bucket(MAX_ELASTICITY_FACTOR, hash, cols))
@@ -742,7 +773,7 @@ def _run(
     )
     plan = routing.plan
     routes = {
-        key: _TaskRoute(name, task_id % plan.elasticity_factor)
+        key: _TaskRoute(name, task_id % plan.elasticity_factor, task_id)
         for task_id, (key, name) in enumerate(
             zip(routing.routing_keys, plan.task_names(), strict=True)
         )
@@ -772,6 +803,8 @@ def _run(
     kind = F.col(_KIND)
     observed = result.observe(
         METRICS_NAME,
+        # Read back when the query starts: the state partitions it needs (query_settings).
+        F.lit(routing.task_count).alias(STATE_PARTITIONS_METRIC),
         F.max(F.lit(routing.task_count if spec.tasks is None else len(spec.tasks))).alias(
             "task_count"
         ),

@@ -1,0 +1,181 @@
+"""Per-query Spark settings of stateful queries: in force while the query starts, nowhere else.
+
+Runs on the driver. A streaming query copies its session's SQL settings when
+it starts (``start()``/``toTable()``), and its checkpoint pins two of them
+at its first start: the number of state partitions
+(``spark.sql.shuffle.partitions``) and the state store provider. A
+:func:`~spark_elastic.with_task_state` query needs one state partition per
+virtual task and the RocksDB provider, whatever the session says and
+whatever else it runs.
+
+So the settings travel with the query's plan: ``with_task_state`` records its
+task count as the ``state_partitions`` metric of its ``spark_elastic``
+observation, and :func:`install_start_hook` wraps pyspark's
+``DataStreamWriter.start`` and ``toTable``. For a plan carrying that
+observation, the wrapper sets the two settings on the session, starts the
+query (which copies them), and puts the session's own values back before
+returning; any other query starts untouched. Starts through the wrapper are
+serialized by one lock, so no other query started from Python sees the
+temporary values; a batch job running in another thread of the same session
+could see them for the duration of ``start()`` (the planning of the first
+batch does not happen there).
+
+Nothing for users to remember: every way pyspark offers to start a query
+goes through ``start`` or ``toTable``. A query started some other way (from
+the JVM, or Spark Connect) is caught by the processor itself: its first
+micro-batch fails saying so (see :func:`check_state_partition`).
+
+May import what :mod:`spark_elastic.state` may; pyspark only inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_elastic.dataplane.session import ROCKSDB_PROVIDER
+from spark_elastic.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "PROVIDER_KEY",
+    "SHUFFLE_PARTITIONS_KEY",
+    "STATE_PARTITIONS_METRIC",
+    "install_start_hook",
+    "query_settings",
+    "session_settings",
+]
+
+SHUFFLE_PARTITIONS_KEY = "spark.sql.shuffle.partitions"
+PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+STATE_PARTITIONS_METRIC = "state_partitions"
+"""The metric of the ``spark_elastic`` observation that carries the query's task count."""
+
+_START_LOCK = threading.RLock()
+_INSTALLED: list[bool] = []
+
+
+def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
+    """The settings a streaming DataFrame's stateful spark-elastic operator needs at start.
+
+    Runs on the driver, once per query start: walks the analyzed plan (a
+    few py4j calls per plan node).
+
+    Parameters
+    ----------
+    df
+        The DataFrame being started.
+    observation
+        The name of spark-elastic's observation (``"spark_elastic"``).
+
+    Returns
+    -------
+    dict[str, str]
+        Empty for a plan without spark-elastic state; else the shuffle
+        partitions and the state store provider.
+
+    Raises
+    ------
+    ArgumentError
+        The plan holds stateful spark-elastic operators with different
+        task counts (one query has one state partition count).
+    """
+    counts = set()
+    stack = [df._jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.nodeName() == "CollectMetrics" and node.name() == observation:
+            metrics = node.metrics()
+            for i in range(metrics.size()):
+                metric = metrics.apply(i)
+                if metric.name() == STATE_PARTITIONS_METRIC:
+                    counts.add(int(metric.child().value()))
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    if not counts:
+        return {}
+    if len(counts) > 1:
+        raise ArgumentError.invalid(
+            "query",
+            "at most one stateful spark-elastic job per streaming query (Spark gives a query "
+            "one state partition count)",
+            f"jobs with {sorted(counts)} virtual tasks",
+        )
+    return {SHUFFLE_PARTITIONS_KEY: str(counts.pop()), PROVIDER_KEY: ROCKSDB_PROVIDER}
+
+
+@contextlib.contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set ``settings`` on the session for the body, then restore (or unset) each one.
+
+    Runs on the driver, under the start lock when called by the start hook.
+
+    Parameters
+    ----------
+    spark
+        The session.
+    settings
+        SQL settings, name to value.
+
+    Yields
+    ------
+    None
+    """
+    conf = spark._jsparkSession.sessionState().conf()
+    before: dict[str, str | None] = {
+        key: (str(conf.getConfString(key)) if conf.contains(key) else None) for key in settings
+    }
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _with_query_settings(original: Callable[..., Any], observation: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Runs on the driver, once per query start. Every start takes the lock, so an
+        # unrelated query started meanwhile in another thread never copies our settings.
+        with _START_LOCK:
+            settings = query_settings(self._df, observation)
+            if not settings:
+                return original(self, *args, **kwargs)
+            with session_settings(self._spark, settings):
+                return original(self, *args, **kwargs)
+
+    start.spark_elastic_hook = True  # type: ignore[attr-defined]
+    return start
+
+
+def install_start_hook(observation: str) -> None:
+    """Wrap pyspark's ``DataStreamWriter.start`` and ``toTable`` once per process.
+
+    Runs on the driver; called by ``with_task_state``. Idempotent.
+
+    Parameters
+    ----------
+    observation
+        The name of spark-elastic's observation, whose ``state_partitions``
+        metric marks a plan that needs per-query settings.
+    """
+    with _START_LOCK:
+        if _INSTALLED:
+            return
+        from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+        for name in ("start", "toTable"):
+            original = getattr(DataStreamWriter, name)
+            if not getattr(original, "spark_elastic_hook", False):
+                setattr(DataStreamWriter, name, _with_query_settings(original, observation))
+        _INSTALLED.append(True)

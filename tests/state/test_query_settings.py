@@ -1,0 +1,154 @@
+"""A stateful query gets its own state partitions and state store; the session keeps its own.
+
+Spark copies a session's settings into a query when it starts and pins the
+state partition count in the checkpoint. ``with_task_state`` must neither
+change the session (other queries, other stateful jobs) nor depend on it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from test_stateful_rescale import RunningCount, final_state
+
+from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, register_log_source, with_task_state
+from spark_elastic.state.checkpoint_dir import last_batch
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "clicks"
+SHUFFLE = "spark.sql.shuffle.partitions"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+@pytest.fixture
+def log(spark: SparkSession, tmp_path: Path) -> EmbeddedLog:
+    log = EmbeddedLog(tmp_path / "log", fsync=False)
+    log.create_topic(TOPIC, 3)
+    register_log_source(spark)
+    return log
+
+
+@pytest.fixture
+def session_partitions(spark: SparkSession) -> Iterator[str]:
+    """The session's own shuffle partitions, 5: neither job's task count (6 and 12)."""
+    before = spark.conf.get(SHUFFLE)
+    spark.conf.set(SHUFFLE, "5")
+    yield "5"
+    spark.conf.set(SHUFFLE, before)
+
+
+def produce(log: EmbeddedLog, rng: random.Random, count: int) -> None:
+    keys = [f"user-{rng.randrange(30)}".encode() for _ in range(count)]
+    with log.producer(TOPIC) as producer:
+        producer.send_many(keys, [b"x"] * count)
+
+
+def stateful(spark: SparkSession, log: EmbeddedLog, name: str, cp: Path, factor: int) -> object:
+    events = (
+        spark.readStream.format(LOG_SOURCE_FORMAT)
+        .option("path", str(log.path))
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    return events.transform(
+        with_task_state(
+            RunningCount(),
+            job=name,
+            checkpoint_location=cp,
+            elasticity_factor=factor,
+            partitions=log.partition_counts([TOPIC]),
+        )
+    )
+
+
+def start(out: object, cp: Path, output: Path) -> StreamingQuery:
+    return (
+        out.writeStream.format("parquet")  # type: ignore[attr-defined]
+        .option("path", str(output))
+        .option("checkpointLocation", str(cp))
+        .start()  # the default trigger: processAllAvailable returns once a batch finds nothing
+    )
+
+
+def counts(spark: SparkSession, cp: Path) -> dict[str, int]:
+    return {r.key: r["count"] for r in final_state(spark, cp).collect()}
+
+
+def test_two_stateful_jobs_with_factors_2_and_4_run_side_by_side_and_restart(
+    spark: SparkSession, tmp_path: Path, log: EmbeddedLog, session_partitions: str
+) -> None:
+    rng = random.Random(11)
+    produce(log, rng, 300)
+    cp_a, cp_b, cp_other = tmp_path / "cp-a", tmp_path / "cp-b", tmp_path / "cp-other"
+    for run in range(2):
+        # Both defined before either starts: the second must not change the first.
+        a = stateful(spark, log, "a", cp_a, 2)
+        b = stateful(spark, log, "b", cp_b, 4)
+        assert spark.conf.get(SHUFFLE) == session_partitions
+        queries = [start(a, cp_a, tmp_path / "out-a"), start(b, cp_b, tmp_path / "out-b")]
+        try:
+            for query in queries:
+                query.processAllAvailable()
+                assert query.isActive
+        finally:
+            for query in queries:
+                query.stop()
+        assert spark.conf.get(SHUFFLE) == session_partitions
+        if run == 0:
+            produce(log, rng, 100)
+    assert last_batch(cp_a).conf[SHUFFLE] == "6"  # type: ignore[union-attr]
+    assert last_batch(cp_b).conf[SHUFFLE] == "12"  # type: ignore[union-attr]
+
+    # An unrelated query in the same session keeps the session's count.
+    records = (
+        spark.readStream.format(LOG_SOURCE_FORMAT)
+        .option("path", str(log.path))
+        .option("subscribe", TOPIC)
+        .load()
+    )
+    other = (
+        records.groupBy("partition")
+        .count()
+        .writeStream.format("memory")
+        .queryName("unrelated")
+        .outputMode("complete")
+        .option("checkpointLocation", str(cp_other))
+        .trigger(availableNow=True)
+        .start()
+    )
+    other.awaitTermination()
+    assert last_batch(cp_other).conf[SHUFFLE] == session_partitions  # type: ignore[union-attr]
+
+    # Both jobs applied every record exactly once: 300, then 100 more after the restart.
+    assert sum(counts(spark, cp_a).values()) == 400
+    assert counts(spark, cp_a) == counts(spark, cp_b)
+
+
+def test_a_session_with_another_state_store_runs_stateful_queries_on_rocksdb(
+    spark: SparkSession, tmp_path: Path, log: EmbeddedLog
+) -> None:
+    before = spark.conf.get(PROVIDER)
+    spark.conf.set(PROVIDER, HDFS_PROVIDER)
+    try:
+        produce(log, random.Random(3), 50)
+        out = stateful(spark, log, "c", tmp_path / "cp", 1)
+        query = (
+            out.writeStream.format("parquet")  # type: ignore[attr-defined]
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        assert spark.conf.get(PROVIDER) == HDFS_PROVIDER
+        assert sum(counts(spark, tmp_path / "cp").values()) == 50
+    finally:
+        spark.conf.set(PROVIDER, before)
