@@ -27,7 +27,12 @@ from spark_elastic.dataplane.columns import KafkaColumns
 from spark_elastic.dataplane.extension import register_dataframe_method, register_when_pyspark_loads
 from spark_elastic.dataplane.ordered import map_tasks_in_pandas
 from spark_elastic.dataplane.routing import routing_keys
-from spark_elastic.dataplane.transforms import VirtualTaskRouting, cogroup, with_virtual_tasks
+from spark_elastic.dataplane.transforms import (
+    VirtualTaskRouting,
+    cogroup,
+    register_partition_counter,
+    with_virtual_tasks,
+)
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import (
     Lineage,
@@ -146,3 +151,14 @@ __all__ = [
 ]
 
 register_when_pyspark_loads()
+
+
+def _embedded_log_counts(options: Any) -> Any:
+    from spark_elastic.log.embedded import source_partition_counts
+
+    return source_partition_counts(options)
+
+
+# The embedded log knows its topics' partition counts: transforms check a plan against them.
+# "elastic-log" is LOG_SOURCE_FORMAT, named here so importing the package loads no pyspark.
+register_partition_counter("elastic-log", _embedded_log_counts)

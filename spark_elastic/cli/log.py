@@ -66,6 +66,7 @@ def register(subparsers: Any) -> None:
 
     produce = commands.add_parser(
         "produce",
+        usage="%(prog)s DIR TOPIC (--file FILE | --generate N --keys K [--seed S])",
         help="append records from a file or generated data",
         description=(
             "Append records. A file holds one record per line: 'KEY<TAB>VALUE', or JSON objects "
@@ -82,18 +83,33 @@ def register(subparsers: Any) -> None:
         "--generate", type=_positive, metavar="N", help="append N generated keyed records"
     )
     produce.add_argument(
-        "--keys", type=_positive, metavar="K", help="with --generate: draw keys from K keys"
+        "--keys",
+        type=_positive,
+        metavar="K",
+        help="required with --generate: draw keys from K keys",
     )
     produce.add_argument(
         "--seed", type=_non_negative, default=0, metavar="S", help="with --generate (default: 0)"
     )
 
     grow = commands.add_parser(
-        "grow", help="raise a topic's partition count (SEP-5); counts never shrink"
+        "grow",
+        help="raise a topic's partition count (SEP-5); counts never shrink",
+        description=(
+            "Raise a topic's partition count. The new count must be a multiple of the current "
+            "one: a key then moves only to partitions of its old task (new partition p joins "
+            "the task of p mod the old count), so jobs keep their tasks and state (SEP-5)."
+        ),
     )
     grow.add_argument("dir", metavar="DIR")
     grow.add_argument("topic", metavar="TOPIC")
     grow.add_argument("--partitions", type=_positive, required=True, metavar="N")
+    grow.add_argument(
+        "--any-count",
+        action="store_true",
+        help="allow a count that is not a multiple (for topics no job reads: keys move between "
+        "tasks, and jobs must be planned afresh)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,7 +166,9 @@ def run_produce(args: argparse.Namespace) -> int:
     log = EmbeddedLog(args.dir, create=False)
     if args.generate is not None:
         if args.keys is None:
-            raise ArgumentError.invalid("--keys", "a key count with --generate", None)
+            raise ArgumentError.invalid(
+                "--keys", "a key count with --generate (--generate N --keys K)", None
+            )
         chunks: Iterable[_Records] = _generated(args.generate, args.keys, args.seed)
     else:
         if args.keys is not None:
@@ -181,6 +199,14 @@ def run_grow(args: argparse.Namespace) -> int:
 
     log = EmbeddedLog(args.dir, create=False)
     before = log.partition_count(args.topic)
+    if args.partitions > before and args.partitions % before and not args.any_count:
+        raise ArgumentError.invalid(
+            "--partitions",
+            f"a multiple of {args.topic}'s {before} partitions (e.g. {2 * before}), so that jobs "
+            "keep their tasks and state (SEP-5: new partition p joins the task of p mod "
+            f"{before}); --any-count allows other counts for topics no job reads",
+            args.partitions,
+        )
     described = log.grow(args.topic, args.partitions)
     print(f"topic {args.topic}: {before} -> {described.partitions} partitions")
     return 0

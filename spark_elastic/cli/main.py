@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spark-elastic",
         description="Samza-style virtual tasks and task assignment for Spark Structured Streaming.",
     )
+    from spark_elastic import __version__
+
+    parser.add_argument("--version", action="version", version=f"spark-elastic {__version__}")
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=_Parser
     )

@@ -24,12 +24,124 @@ from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["PartitionCounts", "VirtualTaskRouting", "cogroup", "with_virtual_tasks"]
+__all__ = [
+    "PartitionCounter",
+    "PartitionCounts",
+    "VirtualTaskRouting",
+    "cogroup",
+    "known_partition_counts",
+    "register_partition_counter",
+    "with_virtual_tasks",
+]
 
 PartitionCounts = Mapping[str, int] | Iterable[StreamInput | str]
 """Partition counts of the input topics: ``{"topic": 8}`` or ``["kafka.topic:8"]``."""
 
 Transform = Callable[["DataFrame"], "DataFrame"]
+
+PartitionCounter = Callable[[Mapping[str, str]], Mapping[str, int] | None]
+"""Given a streaming source's options, its topics' partition counts now (or ``None``)."""
+
+_COUNTERS: dict[str, PartitionCounter] = {}
+
+
+def register_partition_counter(source: str, counter: PartitionCounter) -> None:
+    """Teach the transforms how to count the partitions of a streaming source's topics.
+
+    Runs on the driver. With a counter for a DataFrame's source, the
+    transforms refuse partition counts that disagree with the topics' real
+    ones (more: virtual tasks that never get a record; fewer: a query that
+    fails at the first record of a partition it was not told of). The
+    embedded log registers one (``spark_elastic`` does, on import); Kafka's
+    counts are not known without a client.
+
+    Parameters
+    ----------
+    source
+        The source's format name, e.g. ``"elastic-log"``.
+    counter
+        Called with the source's options; returns ``{topic: count}`` or ``None``.
+    """
+    _COUNTERS[source] = counter
+
+
+def known_partition_counts(df: DataFrame) -> tuple[str, dict[str, int]] | None:
+    """The real partition counts of a streaming DataFrame's topics, where a counter knows them.
+
+    Runs on the driver, once per transform: walks the analyzed plan (a few
+    py4j calls per node) for streaming relations of registered sources.
+
+    Parameters
+    ----------
+    df
+        A DataFrame (streaming or not; classic pyspark).
+
+    Returns
+    -------
+    tuple[str, dict[str, int]] or None
+        The source (format and path) and ``{topic: count}``, or ``None``
+        when no registered source is read.
+    """
+    jdf = getattr(df, "_jdf", None)
+    if not _COUNTERS or jdf is None:
+        return None
+    found: dict[str, int] = {}
+    where: list[str] = []
+    stack = [jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.nodeName() == "StreamingRelationV2" and str(node.sourceName()) in _COUNTERS:
+            options = {str(k): str(v) for k, v in node.extraOptions().asCaseSensitiveMap().items()}
+            counts = _COUNTERS[str(node.sourceName())](options)
+            if counts:
+                found.update(counts)
+                where.append(f"{node.sourceName()} at {options.get('path', '?')}")
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return (", ".join(sorted(set(where))), found) if found else None
+
+
+def check_known_counts(df: DataFrame, plan: JobPlan, system: str) -> None:
+    """Refuse a plan whose partition counts disagree with the topics' real ones, when known.
+
+    Runs on the driver, once per transform.
+
+    Parameters
+    ----------
+    df
+        The input DataFrame.
+    plan
+        The plan about to route it.
+    system
+        The system name of the DataFrame's topics in the plan.
+
+    Raises
+    ------
+    ArgumentError
+        A topic has fewer or more partitions than the plan says.
+    """
+    known = known_partition_counts(df)
+    if known is None:
+        return
+    where, counts = known
+    planned = {s.stream: s.partition_count for s in plan.inputs if s.system == system}
+    for topic, count in sorted(planned.items()):
+        real = counts.get(topic)
+        if real is None or real == count:
+            continue
+        if real < count:
+            consequence = (
+                f"{(count - real) * plan.elasticity_factor} virtual tasks would never get a record"
+            )
+        else:
+            consequence = (
+                f"the first record of partitions {count} to {real - 1} would fail the query"
+            )
+        raise ArgumentError(
+            f"partitions: topic {topic!r} has {real} partitions ({where}), but the plan says "
+            f"{count}: {consequence}; pass the real counts, e.g. "
+            f"partitions=log.partition_counts([{topic!r}])"
+        )
 
 
 @dataclass(frozen=True)
@@ -162,11 +274,14 @@ def with_virtual_tasks(
         )
     factor = _resolve_factor(elasticity_factor, plan)
     _check_system(system)
+    if partitions is not None:
+        _stream_inputs(partitions, system)  # refuse a bad argument now, not when applied
 
     def transform(df: DataFrame) -> DataFrame:
         cols.validate(df)
         cols.check_no_output_clash(df)
         job = plan if plan is not None else _plan_for(df, kind, factor, partitions, system, cols)
+        check_known_counts(df, job, system)
         return _apply(df, VirtualTaskRouting.of(job), system, hash, cols, route)
 
     return transform
@@ -301,6 +416,13 @@ def _stream_inputs(partitions: PartitionCounts, system: str) -> list[StreamInput
         return [StreamInput(system, str(topic), count) for topic, count in partitions.items()]
     if isinstance(partitions, str):
         partitions = [partitions]
+    if not isinstance(partitions, Iterable):
+        raise ArgumentTypeError.wrong_type(
+            "partitions",
+            "the input topics' partition counts: a {topic: count} mapping such as "
+            "{'clicks': 4}, or 'system.topic:count' items",
+            partitions,
+        )
     inputs = [StreamInput.parse(p) if isinstance(p, str) else p for p in partitions]
     for stream in inputs:
         if not isinstance(stream, StreamInput):

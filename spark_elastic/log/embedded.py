@@ -26,7 +26,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -49,6 +49,7 @@ __all__ = [
     "MAX_PARTITIONS",
     "EmbeddedLog",
     "TopicDescription",
+    "source_partition_counts",
     "validate_topic_name",
 ]
 
@@ -59,6 +60,41 @@ _MARKER: Final = "elastic-log.json"
 _FORMAT: Final = {"format": "spark-elastic-log", "version": 1}
 # Kafka's legal topic names; '~' is not in them, so temporary names use it.
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def source_partition_counts(options: Mapping[str, str]) -> dict[str, int] | None:
+    """The partition counts of the topics a log source's options name, as they are now.
+
+    Runs on the driver, when a transform is applied to a DataFrame read from
+    the log (registered by ``spark_elastic`` with the transforms). ``None``
+    when the options do not name a readable log and topics: the source
+    itself reports that when the query starts.
+
+    Parameters
+    ----------
+    options
+        The source's options (``path`` and ``subscribe`` or ``assign``).
+
+    Returns
+    -------
+    dict[str, int] or None
+        ``{topic: partition count}``.
+    """
+    topics: list[str] = []
+    if options.get("subscribe"):
+        topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
+    elif options.get("assign"):
+        try:
+            topics = list(json.loads(options["assign"]))
+        except (ValueError, TypeError):
+            return None
+    path = options.get("path")
+    if not topics or not path:
+        return None
+    try:
+        return EmbeddedLog(path, create=False).partition_counts(topics)
+    except (LogError, ArgumentError, OSError):
+        return None
 
 
 def validate_topic_name(topic: object, name: str = "topic") -> str:

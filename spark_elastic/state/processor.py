@@ -34,6 +34,8 @@ from spark_elastic.dataplane.transforms import (
     VirtualTaskRouting,
     _plan_for,
     _resolve_factor,
+    _stream_inputs,
+    check_known_counts,
     with_virtual_tasks,
 )
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError
@@ -666,6 +668,8 @@ def with_task_state(
     cols = KafkaColumns.of(columns)
     kind = Grouper.of(grouper)
     factor = _resolve_factor(elasticity_factor, plan)
+    if partitions is not None:
+        _stream_inputs(partitions, system)  # refuse a bad argument now, not when applied
     owned = None if tasks is None else tuple(sorted(set(tasks)))
 
     def transform(df: DataFrame) -> DataFrame:
@@ -684,6 +688,7 @@ def with_task_state(
             tasks=owned,
         )
         _check_owned(job_plan, owned)
+        check_known_counts(df, job_plan, system)  # before anything is written
         checkpoint = Path(checkpoint_location)
         _claim(spark, checkpoint, spec)
         routing = VirtualTaskRouting.of(job_plan)

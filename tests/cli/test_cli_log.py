@@ -35,7 +35,8 @@ def test_create_produce_grow_and_describe(tmp_path: Path) -> None:
     assert ok("produce", log_dir, "clicks", "--file", str(records)).startswith(
         "produced 3 records to clicks; end offsets "
     )
-    ok("grow", log_dir, "clicks", "--partitions", "4")
+    # 3 -> 4 is no multiple: allowed for a topic no job reads, when asked for.
+    ok("grow", log_dir, "clicks", "--partitions", "4", "--any-count")
     ok("create", log_dir, "alpha", "--partitions", "1")
 
     log = EmbeddedLog(log_dir, create=False)
@@ -112,6 +113,11 @@ def test_generate_is_reproducible_and_keyed_like_kafka(tmp_path: Path) -> None:
         (("produce", "{dir}/log", "t", "--generate", "0", "--keys", "2"), None, "positive"),
         (("create", "{dir}/log", "a/b", "--partitions", "2"), None, "Kafka topic name"),
         (("grow", "{dir}/log", "t"), None, "required: --partitions"),
+        (
+            ("grow", "{dir}/log", "t", "--partitions", "3"),
+            None,
+            "--partitions: expected a multiple",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -147,3 +153,30 @@ def test_the_log_commands_import_no_spark_of_their_own(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_grow_to_a_multiple_keeps_tasks_and_other_counts_are_refused(tmp_path: Path) -> None:
+    log_dir = str(tmp_path / "log")
+    ok("create", log_dir, "clicks", "--partitions", "4")
+    result = cli("grow", log_dir, "clicks", "--partitions", "6")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        line for line in result.stderr.splitlines() if "multiple of clicks's 4 partitions" in line
+    ]
+    assert len(result.stderr.splitlines()) == 1
+    assert EmbeddedLog(log_dir, create=False).partition_count("clicks") == 4
+    assert ok("grow", log_dir, "clicks", "--partitions", "8") == "topic clicks: 4 -> 8 partitions\n"
+
+
+def test_generate_shows_keys_as_part_of_it_in_usage() -> None:
+    result = cli("produce", "--help")
+    assert "--generate N --keys K" in result.stdout
+    assert "required with --generate" in result.stdout
+
+
+def test_version() -> None:
+    from spark_elastic import __version__
+
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"spark-elastic {__version__}"

@@ -6,6 +6,7 @@ import random
 import textwrap
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
@@ -15,17 +16,20 @@ from pyspark.sql import functions as F
 import spark_elastic
 import udfs
 from spark_elastic import (
+    LOG_SOURCE_FORMAT,
+    EmbeddedLog,
     KafkaColumns,
     PartitionMapping,
     cogroup,
     key_bucket,
     plan_job,
+    register_log_source,
     routing_keys,
     with_virtual_tasks,
 )
 from spark_elastic.dataplane.extension import METHOD_NAME, register_dataframe_method
 from spark_elastic.dataplane.routing import spark_hash_int
-from spark_elastic.errors import ArgumentError, ColumnError
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, ColumnError
 from udfs import kafka_partitions
 
 KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset bigint"
@@ -344,6 +348,39 @@ def test_bad_arguments_are_clear_errors(
     df = kafka_df(spark, [(b"a", "t", 0, 0)])
     with pytest.raises(error, match=message):
         df.withVirtualTasks(**kwargs)
+
+
+@pytest.mark.parametrize("partitions", [4, 4.0, None.__class__])
+def test_partitions_of_the_wrong_type_is_one_line_naming_it(partitions: object) -> None:
+    with pytest.raises(ArgumentTypeError) as info:
+        with_virtual_tasks(4, partitions=partitions)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("partitions: expected the input topics' partition counts")
+    assert f"found {type(partitions).__name__}" in message
+
+
+def test_partition_counts_that_disagree_with_the_embedded_log_are_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 4)
+    register_log_source(spark)
+    stream = (
+        spark.readStream.format(LOG_SOURCE_FORMAT)
+        .option("path", str(tmp_path / "log"))
+        .option("subscribe", "clicks")
+        .load()
+    )
+    with pytest.raises(ArgumentError) as info:
+        stream.withVirtualTasks(2, partitions={"clicks": 16})
+    message = str(info.value)
+    assert "\n" not in message
+    assert "topic 'clicks' has 4 partitions" in message
+    assert "plan says 16: 24 virtual tasks would never get a record" in message
+    with pytest.raises(ArgumentError, match="first record of partitions 2 to 3 would fail"):
+        stream.withVirtualTasks(2, partitions={"clicks": 2})
+    stream.withVirtualTasks(2, partitions=log.partition_counts(["clicks"]))  # the real counts
 
 
 # -- cogroup -------------------------------------------------------------------------------------
