@@ -477,21 +477,20 @@ class Supervisor:
                 self._launch(record)
 
     def _waits(self, record: ContainerRecord) -> bool:
-        """Whether a predecessor retired by a handover may still write (its process runs and
-        its lease, plus the margin, has not run out by this clock)."""
-        waiting = False
+        """Whether a predecessor retired by a handover may still write."""
+        self._reap_retired()
+        return any(self._records[old].checkpoint in record.sources for old in self._retired)
+
+    def _reap_retired(self) -> None:
+        """Forget retired containers that stopped; kill those whose lease and margin ran
+        out by this clock (they write nothing any more). The rest may still write."""
         for old_id, renewed_at in list(self._retired.items()):
             old = self._records[old_id]
-            if old.checkpoint not in record.sources:
-                continue
             if not self.launcher.alive(old.pid or 0, old_id):
                 del self._retired[old_id]
             elif self.clock() > self.terms.reassignable_at(renewed_at):
                 self.launcher.kill(old.pid or 0, old_id, signal.SIGKILL)
                 del self._retired[old_id]
-            else:
-                waiting = True
-        return waiting
 
     def _launch(self, record: ContainerRecord) -> None:
         env = {
@@ -626,6 +625,7 @@ class Supervisor:
             if reason is not None:
                 self._fail_over(container_id, reason)
         self._advance_growth()
+        self._reap_retired()
         self.launch_pending()
 
     # 5. partitions (SEP-5)

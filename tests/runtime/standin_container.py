@@ -28,8 +28,16 @@ def main() -> int:
 
     stubborn = os.environ.get("STANDIN_STUBBORN") == "1"
     signal.signal(signal.SIGTERM, signal.SIG_IGN if stubborn else on_term)
-    if not client.register(Registration(settings.container_id, os.getpid())).alive:
-        return 1
+    deadline = time.monotonic() + 20
+    while True:  # a loaded machine may answer late: retry, as a real container's start would
+        try:
+            if not client.register(Registration(settings.container_id, os.getpid())).alive:
+                return 1
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(settings.heartbeat_s)
     while not stop:
         try:
             if not client.heartbeat(settings.container_id).alive and not stubborn:

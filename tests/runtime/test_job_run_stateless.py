@@ -204,3 +204,42 @@ def test_a_topic_grown_while_running_is_followed_in_key_order(
     assert out_of_order == []
     events = [e["kind"] for e in job.status()["events"]]
     assert events.count("handover") == 2
+
+
+def test_a_stateless_job_scaled_2_3_2_while_running_loses_no_record(
+    spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
+) -> None:
+    job = run_job(2)
+    log = EmbeddedLog(clicks / "log")
+    wait_until("two running containers", lambda: len(job.running_containers()) == 2)
+    produced = RECORDS
+    for containers in (3, 2):
+        before = job.job_model()["version"]
+        result = subprocess.run(
+            [
+                sys.executable,
+                *("-m", "spark_elastic", "job", "scale", job.url),
+                *("--containers", str(containers)),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        produce(log, produced, 1000)  # records arrive during the handover
+        produced += 1000
+        model = job.job_model()
+        assert model["version"] == before + 1
+        assert len(model["containers"]) == containers
+        wait_until(
+            f"{containers} containers running the new model",
+            lambda: (
+                set(job.running_containers())
+                == {c["containerId"] for c in job.job_model()["containers"]}
+            ),
+            timeout=240,
+        )
+    expected = reference(spark, clicks)
+    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
+    assert set(tagged_rows(clicks / "tasks-out")) == expected
+    assert [e["kind"] for e in job.status()["events"]].count("scale") == 2
