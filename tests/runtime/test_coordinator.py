@@ -27,7 +27,9 @@ from spark_elastic.runtime.server import MAX_BODY, CoordinatorServer, _TokenBuck
 from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor, initial_assignment
 
 HERE = Path(__file__).parent
-TERMS = LeaseTerms(lease_s=1.0, margin_s=0.5, write_budget_s=0.3)
+# Leases of a few heartbeats (200 ms): short enough for quick failovers, long enough that
+# a loaded machine does not expire a live stand-in.
+TERMS = LeaseTerms(lease_s=2.0, margin_s=1.0, write_budget_s=0.5)
 TASKS = tuple(f"Partition {p}_{b}_4" for p in range(3) for b in range(4))
 
 
@@ -153,7 +155,7 @@ def test_heartbeats_answer_alive_for_issued_ids_and_false_for_others(
     coordinator: Coordinator,
 ) -> None:
     status, reply = call(f"{coordinator.url}/containerHeartbeat?executionContainerId=clicks-c1")
-    assert (status, reply["alive"], reply["leaseMs"]) == (200, True, 1000)
+    assert (status, reply["alive"], reply["leaseMs"]) == (200, True, 2000)
     status, reply = call(f"{coordinator.url}/containerHeartbeat?executionContainerId=never-issued")
     assert (status, reply) == (200, {"alive": False, "leaseMs": 0, "jobModelVersion": 1})
     _, metrics = 0, urllib.request.urlopen(f"{coordinator.url}/metrics").read().decode()
