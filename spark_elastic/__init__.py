@@ -27,6 +27,7 @@ from spark_elastic.dataplane.columns import KafkaColumns
 from spark_elastic.dataplane.extension import register_dataframe_method, register_when_pyspark_loads
 from spark_elastic.dataplane.ordered import map_tasks_in_pandas
 from spark_elastic.dataplane.routing import routing_keys
+from spark_elastic.dataplane.session import local_session
 from spark_elastic.dataplane.transforms import (
     VirtualTaskRouting,
     cogroup,
@@ -140,6 +141,7 @@ __all__ = [
     "key_bucket",
     "lineage",
     "load_plan_json",
+    "local_session",
     "map_tasks_in_pandas",
     "plan_job",
     "register_dataframe_method",

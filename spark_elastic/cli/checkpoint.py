@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
@@ -64,10 +63,13 @@ def run_show(args: argparse.Namespace) -> int:
 def run_rescale(args: argparse.Namespace) -> int:
     """Rescale, after every check that needs no Spark has passed."""
     from spark_elastic.model.names import validate_elasticity_factor
+    from spark_elastic.state.checkpoint_dir import checkpoint_path
     from spark_elastic.state.rescale import _check_target, rescale, stopped_source
 
     validate_elasticity_factor(args.elasticity_factor)
-    _check_target(Path(args.target), [Path(s) for s in args.sources])
+    _check_target(
+        checkpoint_path(args.target, "--to"), [checkpoint_path(s, "--from") for s in args.sources]
+    )
     for source in args.sources:
         stopped_source(source)
     result = rescale(args.sources, args.target, args.elasticity_factor, _spark())
@@ -96,6 +98,11 @@ def run_rescale(args: argparse.Namespace) -> int:
 
 
 def _spark() -> Any:
+    """A local session whose Spark logs only errors, from its very start (driver, once)."""
+    from pathlib import Path
+
     from spark_elastic.dataplane.session import local_session
 
-    return local_session("spark-elastic-cli")
+    quiet = Path(__file__).with_name("quiet-log4j2.properties")
+    options = f"-Xss16m -Dlog4j2.configurationFile={quiet.as_uri()}"
+    return local_session("spark-elastic-cli", conf={"spark.driver.extraJavaOptions": options})

@@ -62,8 +62,16 @@ def local_session(
 ) -> SparkSession:
     """Get or create a local SparkSession with spark-elastic's recommended settings.
 
-    Sets ``PYSPARK_PYTHON`` to the running interpreter (unless already set)
-    so Python workers match the driver, and uses the RocksDB state store.
+    Runs on the driver, once per process (later calls return the same
+    session). Sets ``PYSPARK_PYTHON`` to the running interpreter (unless
+    already set) so Python workers match the driver. The settings that
+    matter beyond a laptop's defaults: a 16 MiB driver thread stack
+    (``spark.driver.extraJavaOptions=-Xss16m``: deep streaming plans
+    overflow the JVM's default 1 MiB in the query thread; it must be set
+    before the JVM starts, so pass it to ``spark-submit`` on a cluster),
+    Arrow for pandas, UTC, the UI off, and log level ERROR. Stateful
+    queries need nothing else: they get the RocksDB state store and their
+    state partitions for themselves when they start.
 
     Parameters
     ----------
@@ -73,6 +81,16 @@ def local_session(
         Local cores: ``local[cores]``.
     conf
         Extra Spark settings; they override the defaults.
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+        The session.
+
+    Raises
+    ------
+    JavaNotFoundError
+        No Java runtime (one line saying what to install).
     """
     find_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

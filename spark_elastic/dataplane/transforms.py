@@ -31,6 +31,7 @@ __all__ = [
     "cogroup",
     "known_partition_counts",
     "register_partition_counter",
+    "streaming_sources",
     "with_virtual_tasks",
 ]
 
@@ -82,23 +83,56 @@ def known_partition_counts(df: DataFrame) -> tuple[str, dict[str, int]] | None:
         The source (format and path) and ``{topic: count}``, or ``None``
         when no registered source is read.
     """
-    jdf = getattr(df, "_jdf", None)
-    if not _COUNTERS or jdf is None:
+    if not _COUNTERS:
         return None
     found: dict[str, int] = {}
     where: list[str] = []
+    for source, options in streaming_sources(df):
+        counts = _COUNTERS[source](options) if source in _COUNTERS else None
+        if counts:
+            found.update(counts)
+            where.append(f"{source} at {options.get('path', '?')}")
+    return (", ".join(sorted(set(where))), found) if found else None
+
+
+def streaming_sources(df: DataFrame) -> list[tuple[str, dict[str, str]]]:
+    """The format name and options of every streaming source a DataFrame reads.
+
+    Runs on the driver: walks the analyzed plan (a few py4j calls per node).
+    Empty for DataFrames that are not classic pyspark ones.
+
+    Parameters
+    ----------
+    df
+        A DataFrame.
+
+    Returns
+    -------
+    list[tuple[str, dict[str, str]]]
+        ``(format, options)`` per streaming relation, e.g.
+        ``("kafka", {"subscribe": "clicks", "startingOffsets": "earliest"})``.
+    """
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return []
+    found = []
     stack = [jdf.queryExecution().analyzed()]
     while stack:
         node = stack.pop()
-        if node.nodeName() == "StreamingRelationV2" and str(node.sourceName()) in _COUNTERS:
-            options = {str(k): str(v) for k, v in node.extraOptions().asCaseSensitiveMap().items()}
-            counts = _COUNTERS[str(node.sourceName())](options)
-            if counts:
-                found.update(counts)
-                where.append(f"{node.sourceName()} at {options.get('path', '?')}")
+        if node.nodeName() in ("StreamingRelationV2", "StreamingRelation"):
+            name = node.sourceName()
+            options = node.extraOptions() if node.nodeName() == "StreamingRelationV2" else None
+            found.append(
+                (
+                    str(name),
+                    {}
+                    if options is None
+                    else {str(k): str(v) for k, v in options.asCaseSensitiveMap().items()},
+                )
+            )
         children = node.children()
         stack.extend(children.apply(i) for i in range(children.size()))
-    return (", ".join(sorted(set(where))), found) if found else None
+    return found
 
 
 def check_known_counts(df: DataFrame, plan: JobPlan, system: str) -> None:

@@ -18,7 +18,8 @@ Runs on the driver. Beside Spark's own ``offsets/``, ``commits/`` and
 
 Spark's directory is read, never written: the last batch id, whether it
 committed, and its source offsets (``offsets/N`` lines 3+, one per source).
-Local file systems only.
+Local file systems only: a plain path or a ``file:`` URI (:func:`checkpoint_path`);
+other schemes are refused, never written somewhere else.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ import os
 import re
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from spark_elastic.errors import CheckpointError
-from spark_elastic.model.plan import Grouper, StreamInput
+from spark_elastic.errors import ArgumentError, CheckpointError
+from spark_elastic.model.groupers import plan_job
+from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +49,7 @@ __all__ = [
     "CommittedBatch",
     "JobSpec",
     "OwnerLock",
+    "checkpoint_path",
     "is_fresh",
     "last_batch",
     "never_committed",
@@ -84,6 +88,9 @@ class JobSpec:
     """Names of the virtual tasks this query owns; ``None`` means all of them."""
     starting_offsets: SourceOffsets | None = field(default=None, compare=False)
     """Where a seeded checkpoint's query must start reading (set by ``rescale``)."""
+    task_inputs: tuple[StreamInput, ...] | None = None
+    """The inputs the job's tasks were planned for, when its topics have grown since (SEP-5:
+    new partition ``p`` joins the task of ``p mod`` the count here); ``None``: :attr:`inputs`."""
 
     def same_job(self, other: JobSpec) -> bool:
         """Whether ``other`` describes the same job (factor and owned tasks aside)."""
@@ -91,7 +98,81 @@ class JobSpec:
 
     def identity(self) -> tuple[Any, ...]:
         """The fields that make a job the same job."""
-        return (self.name, self.inputs, self.grouper, self.system, self.hash, self.state_schema)
+        return (
+            self.name,
+            self.inputs,
+            self.task_inputs or self.inputs,
+            self.grouper,
+            self.system,
+            self.hash,
+            self.state_schema,
+        )
+
+    def same_job_but_counts(self, other: JobSpec) -> bool:
+        """Whether ``other`` is this job with (possibly) other partition counts of its streams."""
+
+        def shape(spec: JobSpec) -> tuple[Any, ...]:
+            streams = tuple((s.system, s.stream) for s in spec.inputs)
+            return (spec.name, streams, *spec.identity()[3:])
+
+        return shape(self) == shape(other)
+
+    def plan(self, elasticity_factor: int | None = None) -> JobPlan:
+        """The job's plan (at ``elasticity_factor``, default its own), grown as SEP-5 grows it.
+
+        Parameters
+        ----------
+        elasticity_factor
+            The factor to plan at; default :attr:`elasticity_factor`.
+
+        Returns
+        -------
+        JobPlan
+            Tasks as planned for :attr:`task_inputs`, reading :attr:`inputs`.
+        """
+        factor = self.elasticity_factor if elasticity_factor is None else elasticity_factor
+        previous = (
+            None if self.task_inputs is None else plan_job(self.task_inputs, self.grouper, factor)
+        )
+        return plan_job(self.inputs, self.grouper, factor, previous=previous)
+
+    def grown_to(self, inputs: tuple[StreamInput, ...], checkpoint: str) -> JobSpec:
+        """This job with its streams grown to ``inputs`` (SEP-5), or a clear refusal.
+
+        Parameters
+        ----------
+        inputs
+            The same streams, in the same order, with their counts now.
+        checkpoint
+            Named in errors.
+
+        Returns
+        -------
+        JobSpec
+            With ``inputs`` and the counts its tasks were planned for.
+
+        Raises
+        ------
+        CheckpointError
+            A count shrank, or grew to a count that is not a multiple of the old one.
+        """
+        for old, new in zip(self.inputs, inputs, strict=True):
+            if new.partition_count == old.partition_count:
+                continue
+            problem = (
+                "shrank"
+                if new.partition_count < old.partition_count
+                else "grew to a count that is not a multiple of the old one"
+            )
+            if new.partition_count % old.partition_count:
+                raise CheckpointError(
+                    f"checkpoint {checkpoint!r}: input {old} now has {new.partition_count} "
+                    f"partitions; it {problem}, so keys would move between virtual tasks and "
+                    "their state would not follow. Grow topics to a multiple of their count "
+                    f"(e.g. {2 * old.partition_count}), or start the job afresh on a new "
+                    "checkpoint (its state starts empty)"
+                )
+        return replace(self, inputs=inputs, task_inputs=self.task_inputs or self.inputs)
 
     def to_json(self) -> dict[str, Any]:
         """The ``job.json`` document."""
@@ -109,6 +190,12 @@ class JobSpec:
             "stateSchema": self.state_schema,
             "tasks": None if self.tasks is None else list(self.tasks),
             "startingOffsets": self.starting_offsets,
+            "taskInputs": None
+            if self.task_inputs is None
+            else [
+                {"system": s.system, "stream": s.stream, "partitions": s.partition_count}
+                for s in self.task_inputs
+            ],
         }
 
     @classmethod
@@ -116,12 +203,11 @@ class JobSpec:
         """Parse ``job.json``; a malformed file is a :class:`CheckpointError` naming it."""
         try:
             tasks = document["tasks"]
+            task_inputs = document.get("taskInputs")
             return cls(
                 name=str(document["name"]),
-                inputs=tuple(
-                    StreamInput(i["system"], i["stream"], int(i["partitions"]))
-                    for i in document["inputs"]
-                ),
+                inputs=_stream_inputs(document["inputs"]),
+                task_inputs=None if task_inputs is None else _stream_inputs(task_inputs),
                 grouper=Grouper.of(document["grouper"]),
                 elasticity_factor=int(document["elasticityFactor"]),
                 hash=str(document["hash"]),
@@ -134,9 +220,65 @@ class JobSpec:
             raise CheckpointError(f"{source}: not a spark-elastic job file ({exc!r})") from None
 
 
+def _stream_inputs(items: Any) -> tuple[StreamInput, ...]:
+    return tuple(StreamInput(i["system"], i["stream"], int(i["partitions"])) for i in items)
+
+
+_LOCAL_HOSTS = ("", "localhost")
+
+
+def checkpoint_path(location: str | os.PathLike[str], name: str = "checkpoint") -> Path:
+    """The local directory of a checkpoint location, given as Spark accepts it.
+
+    Runs on the driver. A plain path or a ``file:`` URI (``file:///data/cp``,
+    ``file:/data/cp``, ``file://localhost/data/cp``) names the directory
+    Spark writes; the library's own files go beside Spark's there. Other
+    schemes (``s3a://``, ``abfss://``, ``gs://``, ``hdfs://``) are refused
+    until the library can write there: its files would otherwise land in a
+    local directory named after the URI.
+
+    Parameters
+    ----------
+    location
+        The location, as given to ``checkpointLocation``.
+    name
+        The argument's name, for errors.
+
+    Returns
+    -------
+    pathlib.Path
+        The local directory.
+
+    Raises
+    ------
+    ArgumentError
+        A URI of another scheme, or a ``file:`` URI naming another host.
+    """
+    text = os.fspath(location)
+    if isinstance(text, bytes):
+        raise ArgumentError.invalid(name, "a str path or file:// URI", text)
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):", text)
+    if match is None:
+        return Path(text)
+    parsed = urllib.parse.urlsplit(text)
+    if parsed.scheme.lower() != "file":
+        raise ArgumentError.invalid(
+            name,
+            "a local path or file:// URI (spark-elastic writes its job file and owner lock "
+            f"beside Spark's, on local file systems only; {parsed.scheme}:// is not supported "
+            "yet, and nothing was written)",
+            text,
+        )
+    if parsed.netloc not in _LOCAL_HOSTS or not parsed.path.startswith("/"):
+        raise ArgumentError.invalid(
+            name, "a file:// URI of an absolute local path, e.g. file:///data/cp", text
+        )
+    return Path(urllib.parse.unquote(parsed.path))
+
+
 def elastic_dir(checkpoint: str | os.PathLike[str]) -> Path:
     """``<checkpoint>/_spark_elastic``."""
-    return Path(checkpoint) / ELASTIC_DIR
+    return checkpoint_path(checkpoint) / ELASTIC_DIR
 
 
 def seed_dir(checkpoint: str | os.PathLike[str]) -> Path:
@@ -158,7 +300,7 @@ def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
 
 def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") -> JobSpec:
     """The checkpoint's job, or a clear error if it is missing or not spark-elastic's."""
-    path = Path(checkpoint)
+    path = checkpoint_path(checkpoint)
     if not path.is_dir():
         raise CheckpointError(f"{role} {str(path)!r} does not exist")
     job = read_job(path)
@@ -182,12 +324,12 @@ def read_state(
     frame twice then sees the same state even if a batch commits in between),
     else of the last committed batch. ``None`` when the checkpoint has no state yet.
     """
-    if not (Path(checkpoint) / "state").is_dir():
+    if not (checkpoint_path(checkpoint) / "state").is_dir():
         return None
     reader = spark.read.format("statestore").option("stateVarName", variable)
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
-    return reader.load(os.fspath(checkpoint))
+    return reader.load(os.fspath(checkpoint_path(checkpoint)))
 
 
 def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:
@@ -245,12 +387,12 @@ def never_committed(checkpoint: str | os.PathLike[str]) -> bool:
 
 def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
     """The last batch of a checkpoint, or ``None`` when no batch was ever planned."""
-    offsets_dir = Path(checkpoint) / "offsets"
+    offsets_dir = checkpoint_path(checkpoint) / "offsets"
     ids = _batch_ids(offsets_dir)
     if not ids:
         return None
     last = ids[-1]
-    committed = (Path(checkpoint) / "commits" / str(last)).is_file()
+    committed = (checkpoint_path(checkpoint) / "commits" / str(last)).is_file()
     conf: Mapping[str, str] = {}
     offsets: SourceOffsets = {}
     source_batch = last if committed else last - 1

@@ -17,10 +17,11 @@ twice.
 from __future__ import annotations
 
 import abc
+import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,15 +37,17 @@ from spark_elastic.dataplane.transforms import (
     _resolve_factor,
     _stream_inputs,
     check_known_counts,
+    streaming_sources,
     with_virtual_tasks,
 )
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import MAX_ELASTICITY_FACTOR
-from spark_elastic.model.plan import Grouper, JobPlan
+from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.state.checkpoint_dir import (
     JobSpec,
     OwnerLock,
+    checkpoint_path,
     is_fresh,
     last_batch,
     never_committed,
@@ -625,7 +628,8 @@ def with_task_state(
     job
         The job's name: checkpoints of different jobs are never mixed.
     checkpoint_location
-        The query's checkpoint directory (local file system).
+        The query's checkpoint directory: a local path or a ``file:`` URI,
+        as given to ``checkpointLocation``; other schemes are refused.
     elasticity_factor, grouper, partitions, plan, hash, system, columns
         As for :func:`~spark_elastic.with_virtual_tasks`.
     tasks
@@ -671,6 +675,7 @@ def with_task_state(
     if partitions is not None:
         _stream_inputs(partitions, system)  # refuse a bad argument now, not when applied
     owned = None if tasks is None else tuple(sorted(set(tasks)))
+    checkpoint = checkpoint_path(checkpoint_location, "checkpoint_location")
 
     def transform(df: DataFrame) -> DataFrame:
         spark = df.sparkSession
@@ -689,8 +694,8 @@ def with_task_state(
         )
         _check_owned(job_plan, owned)
         check_known_counts(df, job_plan, system)  # before anything is written
-        checkpoint = Path(checkpoint_location)
-        _claim(spark, checkpoint, spec)
+        _check_starting_offsets(df, checkpoint)
+        spec, job_plan = _claim(spark, checkpoint, spec, job_plan, explicit=plan is not None)
         routing = VirtualTaskRouting.of(job_plan)
         # One state partition per task, for this query only: set while it starts (see
         # query_settings), never on the session, so other queries keep their own.
@@ -721,8 +726,15 @@ def _check_owned(plan: JobPlan, owned: tuple[str, ...] | None) -> None:
         )
 
 
-def _claim(spark: SparkSession, checkpoint: Path, spec: JobSpec) -> None:
-    """Lock the checkpoint for this driver and make sure it belongs to this job and shape."""
+def _claim(
+    spark: SparkSession, checkpoint: Path, spec: JobSpec, plan: JobPlan, explicit: bool
+) -> tuple[JobSpec, JobPlan]:
+    """Lock the checkpoint for this driver and make sure it belongs to this job and shape.
+
+    Returns the job as the checkpoint continues it, and its plan: a job whose
+    topics grew to multiples of their counts keeps its virtual tasks (SEP-5),
+    and ``job.json`` records the grown counts.
+    """
     OwnerLock.acquire(checkpoint)
     _release_lock_when_query_ends(spark)
     existing = read_job(checkpoint)
@@ -731,9 +743,10 @@ def _claim(spark: SparkSession, checkpoint: Path, spec: JobSpec) -> None:
             raise CheckpointError(
                 f"checkpoint {str(checkpoint)!r} was made by a query spark-elastic did not start"
             )
+        spec = replace(spec, task_inputs=_task_inputs_of(plan, str(checkpoint)))
         write_job(checkpoint, spec)
-        return
-    if not existing.same_job(spec):
+        return spec, plan
+    if not existing.same_job_but_counts(spec):
         raise CheckpointError(
             f"checkpoint {str(checkpoint)!r} belongs to job {existing.name!r} "
             f"(inputs {', '.join(map(str, existing.inputs))}, state {existing.state_schema!r}); "
@@ -748,14 +761,106 @@ def _claim(spark: SparkSession, checkpoint: Path, spec: JobSpec) -> None:
             f"{'all' if spec.tasks is None else list(spec.tasks)}: use `spark-elastic rescale` "
             "to make a checkpoint for the new shape"
         )
+    continued = existing.grown_to(spec.inputs, str(checkpoint))
+    continued_plan = continued.plan()
+    if continued_plan.task_count != existing.plan().task_count:
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r}: under the {existing.grouper.value!r} grouper the "
+            f"grown inputs ({', '.join(map(str, spec.inputs))}) add virtual tasks, and a "
+            "checkpoint's state partitions are fixed; start the job afresh on a new checkpoint"
+        )
+    if explicit and (
+        plan.task_names() != continued_plan.task_names()
+        or plan.ssp_base.tolist() != continued_plan.ssp_base.tolist()
+    ):
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r}: plan= gives tasks {plan.task_names()[:4]}... for "
+            f"inputs {', '.join(map(str, spec.inputs))}, but the checkpoint's job keeps its "
+            f"{continued_plan.task_count} virtual tasks as SEP-5 grows them; pass the plan made "
+            "with previous= the job's earlier plan, or partitions= instead of plan="
+        )
+    _check_owned(continued_plan, spec.tasks)
     batch = last_batch(checkpoint)
     pinned = None if batch is None else batch.conf.get("spark.sql.shuffle.partitions")
-    task_count = plan_job(spec.inputs, spec.grouper, spec.elasticity_factor).task_count
-    if pinned is not None and int(pinned) != task_count:
+    if pinned is not None and int(pinned) != continued_plan.task_count:
         raise CheckpointError(
             f"checkpoint {str(checkpoint)!r} has {pinned} state partitions but the job has "
-            f"{task_count} virtual tasks; it was not made by spark-elastic for this factor"
+            f"{continued_plan.task_count} virtual tasks; it was not made by spark-elastic for "
+            "this factor"
         )
+    if continued != existing:
+        write_job(checkpoint, replace(continued, starting_offsets=existing.starting_offsets))
+    return continued, continued_plan
+
+
+_KAFKA_LIKE = ("subscribe", "assign", "subscribepattern")
+
+
+def _check_starting_offsets(df: DataFrame, checkpoint: Path) -> None:
+    """Refuse a rescaled checkpoint's first start above the offsets its buckets need.
+
+    Runs on the driver, once per transform. Starting lower is safe (bucket
+    checkpoints skip what the state holds); starting higher, as Kafka's
+    default ``latest`` does, would skip records no state has applied.
+    """
+    job = read_job(checkpoint)
+    if job is None or job.starting_offsets is None or last_batch(checkpoint) is not None:
+        return
+    for _, options in streaming_sources(df):
+        lowered = {k.lower(): v for k, v in options.items()}
+        if not any(k in lowered for k in _KAFKA_LIKE):
+            continue
+        given = lowered.get("startingoffsets", "latest")
+        if given.strip() == "earliest":
+            continue
+        try:
+            parsed = json.loads(given) if given.strip() != "latest" else {}
+        except ValueError:
+            continue  # the source reports its own option errors
+        too_high = [
+            f"{topic}:{partition}"
+            for topic, partitions in job.starting_offsets.items()
+            for partition, needed in partitions.items()
+            if (offset := parsed.get(topic, {}).get(partition)) is None
+            or offset == -1
+            or offset > needed
+        ]
+        if too_high:
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r} was made by rescale and its query has not "
+                f"started: its buckets need records from {json.dumps(job.starting_offsets)}, "
+                f"but the source starts at {given!r}, past them for {', '.join(too_high[:4])}; "
+                'read with .option("startingOffsets", starting_offsets(checkpoint))'
+            )
+
+
+def _task_inputs_of(plan: JobPlan, checkpoint: str) -> tuple[StreamInput, ...] | None:
+    """The counts a plan's tasks were made for, if it was grown from them (SEP-5), else ``None``.
+
+    A plan made with ``previous=`` keeps each stream partition in the task of
+    ``p mod`` the old count; ``job.json`` records those counts so a restart
+    rebuilds the same tasks.
+    """
+
+    def same(a: JobPlan, b: JobPlan) -> bool:
+        return a.task_names() == b.task_names() and a.ssp_base.tolist() == b.ssp_base.tolist()
+
+    if same(plan, plan_job(plan.inputs, plan.grouper, plan.elasticity_factor)):
+        return None
+    bases = plan.ssp_base.tolist()
+    counts, start = [], 0
+    for stream in plan.inputs:
+        tasks = len(set(bases[start : start + stream.partition_count]))
+        counts.append(StreamInput(stream.system, stream.stream, tasks))
+        start += stream.partition_count
+    task_inputs = tuple(counts)
+    previous = plan_job(task_inputs, plan.grouper, plan.elasticity_factor)
+    if same(plan, plan_job(plan.inputs, plan.grouper, plan.elasticity_factor, previous=previous)):
+        return task_inputs
+    raise CheckpointError(
+        f"checkpoint {checkpoint!r}: plan= is neither a plan of its inputs nor one grown from "
+        "fewer partitions of them (SEP-5), so its tasks could not be rebuilt on restart"
+    )
 
 
 def _run(

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING
 from spark_elastic.dataplane.routing import routing_keys
 from spark_elastic.dataplane.session import active_or_local_session
 from spark_elastic.errors import ArgumentError, CheckpointError
-from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import (
     MAX_ELASTICITY_FACTOR,
     Lineage,
@@ -52,6 +51,7 @@ from spark_elastic.state.checkpoint_dir import (
     CommittedBatch,
     JobSpec,
     OwnerLock,
+    checkpoint_path,
     last_batch,
     read_job,
     read_state,
@@ -162,7 +162,7 @@ def stopped_source(
         Not a spark-elastic stateful checkpoint, running, never ran, or its
         last batch did not commit.
     """
-    checkpoint = Path(path)
+    checkpoint = checkpoint_path(path, "source")
     job = require_job(checkpoint, "source checkpoint")
     _check_stopped(checkpoint, spark)
     batch = last_batch(checkpoint)
@@ -173,8 +173,7 @@ def stopped_source(
             f"source checkpoint {str(checkpoint)!r}: its last batch {batch.batch_id} did not "
             "commit; restart the query until it commits (or stops cleanly), then rescale"
         )
-    plan = plan_job(job.inputs, job.grouper, job.elasticity_factor)
-    return SourceCheckpoint(checkpoint, job, plan, batch)
+    return SourceCheckpoint(checkpoint, job, job.plan(), batch)
 
 
 def _check_stopped(checkpoint: Path, spark: SparkSession | None) -> None:
@@ -232,11 +231,13 @@ def rescale(
     """
     factor = validate_elasticity_factor(elasticity_factor)
     paths = (
-        [Path(sources)] if isinstance(sources, str | os.PathLike) else [Path(s) for s in sources]
+        [checkpoint_path(sources, "sources")]
+        if isinstance(sources, str | os.PathLike)
+        else [checkpoint_path(s, "sources") for s in sources]
     )
     if not paths:
         raise ArgumentError.invalid("sources", "at least one source checkpoint", [])
-    out = Path(target)
+    out = checkpoint_path(target, "target")
     _check_target(out, paths)
     session = spark if spark is not None else active_or_local_session("spark-elastic-rescale")
     checkpoints = [stopped_source(p, session) for p in paths]
@@ -252,7 +253,7 @@ def rescale(
         _check_complete(checkpoints)
 
         entries = _effective_checkpoints(session, checkpoints)
-        new_plan = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, factor)
+        new_plan = checkpoints[0].job.plan(factor)
         seeded = _seeded_checkpoints(new_plan, entries)
         offsets = _starting_offsets(new_plan, seeded)
         job = replace(
@@ -334,7 +335,7 @@ def _check_complete(checkpoints: list[SourceCheckpoint]) -> None:
             share[task.base] = share.get(task.base, Fraction(0)) + Fraction(
                 1, task.elasticity_factor
             )
-    bases = plan_job(checkpoints[0].job.inputs, checkpoints[0].job.grouper, 1).task_names()
+    bases = checkpoints[0].job.plan(1).task_names()
     missing = [str(base) for base in bases if share.get(TaskName.parse(base), 0) != 1]
     if missing:
         shown = ", ".join(missing[:5]) + (

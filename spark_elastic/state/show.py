@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.dataplane.routing import routing_keys
-from spark_elastic.model.groupers import plan_job
-from spark_elastic.state.checkpoint_dir import JobSpec, last_batch, read_state, require_job
+from spark_elastic.state.checkpoint_dir import (
+    JobSpec,
+    checkpoint_path,
+    last_batch,
+    read_state,
+    require_job,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -142,10 +147,10 @@ def read_checkpoint(
     from spark_elastic.dataplane.session import active_or_local_session
     from spark_elastic.state.processor import CHECKPOINT_STATE
 
-    checkpoint = Path(path)
+    checkpoint = checkpoint_path(path)
     job = require_job(checkpoint)
     batch = last_batch(checkpoint)
-    plan = plan_job(job.inputs, job.grouper, job.elasticity_factor)
+    plan = job.plan()
     names = dict(zip(routing_keys(plan.task_count).tolist(), plan.task_names(), strict=True))
     buckets: list[BucketOffset] = []
     if (batch is not None and batch.committed) or (batch is not None and batch.batch_id > 0):
