@@ -67,27 +67,23 @@ def source_partition_counts(options: Mapping[str, str]) -> dict[str, int] | None
 
     Runs on the driver, when a transform is applied to a DataFrame read from
     the log (registered by ``spark_elastic`` with the transforms). ``None``
-    when the options do not name a readable log and topics: the source
-    itself reports that when the query starts.
+    when the options do not name a readable log and subscribed topics (the
+    source itself reports a bad path or topic when the query starts; ``assign``
+    reads chosen partitions on purpose).
 
     Parameters
     ----------
     options
-        The source's options (``path`` and ``subscribe`` or ``assign``).
+        The source's options (``path`` and ``subscribe``).
 
     Returns
     -------
     dict[str, int] or None
         ``{topic: partition count}``.
     """
-    topics: list[str] = []
-    if options.get("subscribe"):
-        topics = [t.strip() for t in options["subscribe"].split(",") if t.strip()]
-    elif options.get("assign"):
-        try:
-            topics = list(json.loads(options["assign"]))
-        except (ValueError, TypeError):
-            return None
+    # Only ``subscribe`` reads every partition; ``assign`` reads a chosen few on purpose (a
+    # container's share), and a pattern's topics are not known until the query runs.
+    topics = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
     path = options.get("path")
     if not topics or not path:
         return None

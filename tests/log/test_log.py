@@ -467,3 +467,19 @@ def test_the_log_directory_holds_only_documented_files(log: EmbeddedLog) -> None
         "topic": "t",
         "partitions": 3,
     }
+
+
+def test_source_partition_counts_are_those_of_subscribed_topics_only(
+    log: EmbeddedLog, tmp_path: Path
+) -> None:
+    from spark_elastic.log.embedded import source_partition_counts
+
+    log.create_topic("a", 4)
+    log.create_topic("b", 2)
+    path = str(log.path)
+    assert source_partition_counts({"path": path, "subscribe": "a, b"}) == {"a": 4, "b": 2}
+    # assign reads chosen partitions on purpose; a pattern's topics are known only later
+    assert source_partition_counts({"path": path, "assign": '{"a": [0]}'}) is None
+    assert source_partition_counts({"path": path, "subscribePattern": "a.*"}) is None
+    assert source_partition_counts({"path": path, "subscribe": "missing"}) is None
+    assert source_partition_counts({"path": str(tmp_path / "none"), "subscribe": "a"}) is None
