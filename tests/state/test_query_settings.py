@@ -152,3 +152,23 @@ def test_a_session_with_another_state_store_runs_stateful_queries_on_rocksdb(
         assert sum(counts(spark, tmp_path / "cp").values()) == 50
     finally:
         spark.conf.set(PROVIDER, before)
+
+
+def test_a_query_started_around_the_hook_fails_its_first_batch_saying_so(
+    spark: SparkSession, tmp_path: Path, log: EmbeddedLog, session_partitions: str
+) -> None:
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    produce(log, random.Random(4), 60)
+    out = stateful(spark, log, "d", tmp_path / "cp", 2)  # 6 tasks; the session says 5
+    writer = (
+        out.writeStream.format("parquet")  # type: ignore[attr-defined]
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+    )
+    unwrapped = DataStreamWriter.start.__wrapped__  # type: ignore[attr-defined]
+    query = unwrapped(writer)
+    with pytest.raises(StreamingQueryException, match="instead of one state partition per"):
+        query.awaitTermination()
