@@ -85,18 +85,28 @@ def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
         The plan holds stateful spark-elastic operators with different
         task counts (one query has one state partition count).
     """
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return {}
+    from py4j.protocol import Py4JError
+
     counts = set()
-    stack = [df._jdf.queryExecution().analyzed()]
-    while stack:
-        node = stack.pop()
-        if node.nodeName() == "CollectMetrics" and node.name() == observation:
-            metrics = node.metrics()
-            for i in range(metrics.size()):
-                metric = metrics.apply(i)
-                if metric.name() == STATE_PARTITIONS_METRIC:
-                    counts.add(int(metric.child().value()))
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
+    try:
+        stack = [jdf.queryExecution().analyzed()]
+        while stack:
+            node = stack.pop()
+            if node.nodeName() == "CollectMetrics" and node.name() == observation:
+                metrics = node.metrics()
+                for i in range(metrics.size()):
+                    metric = metrics.apply(i)
+                    if metric.name() == STATE_PARTITIONS_METRIC:
+                        counts.add(int(metric.child().value()))
+            children = node.children()
+            stack.extend(children.apply(i) for i in range(children.size()))
+    except Py4JError:
+        # A plan this walk cannot read must not stop an unrelated query from starting; a
+        # stateful one started without its settings fails its first batch saying so.
+        return {}
     if not counts:
         return {}
     if len(counts) > 1:
