@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -194,7 +195,8 @@ def reference_rows(spark: SparkSession, root: Path) -> set[tuple[str, int, int, 
     # The same processor the containers run, pickled by value (the workers cannot import it).
     cloudpickle.register_pickle_by_value(module)
     register_log_source(spark)
-    checkpoint = root / "reference-checkpoint"
+    # A fresh checkpoint per call: each reference is a whole pass over the log as it is now.
+    checkpoint = Path(tempfile.mkdtemp(prefix="reference-checkpoint-", dir=root))
     rows: set[tuple[str, int, int, int]] = set()
     events = (
         spark.readStream.format(LOG_SOURCE_FORMAT)
@@ -230,45 +232,19 @@ def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
     return lambda: len({(u, o, p) for u, _, p, o in job.output_rows()}) >= total
 
 
-def test_two_containers_run_a_stateful_job_like_one_query(
-    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
-) -> None:
-    job = start_job(containers=2)
-    model = wait_until("two containers in the job model", lambda: job.job_model()["containers"])
-    assert len(model) == 2
-    tasks = [set(c["tasks"]) for c in model]
-    assert tasks[0].isdisjoint(tasks[1])
-    assert len(tasks[0] | tasks[1]) == 8
-    # Each container reads only its tasks' partitions: one of the two each.
-    assert {t.split("_")[0] for t in tasks[0]} != {t.split("_")[0] for t in tasks[1]}
-    wait_until("every record applied", all_applied(job, RECORDS))
-    assert job.output_rows() == reference_rows(spark, clicks)
-
-
-def test_three_containers_run_a_stateful_job_like_one_query(
+def test_three_containers_run_like_one_query_and_a_killed_one_loses_nothing(
     spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
     job = start_job(containers=3)
-    model = wait_until("three containers in the job model", lambda: job.job_model()["containers"])
-    tasks = [set(c["tasks"]) for c in model]
+    running = wait_until(
+        "three running containers",
+        lambda: len(job.running_containers()) == 3 and job.running_containers(),
+    )
+    model_tasks = {c["containerId"]: c["tasks"] for c in job.job_model()["containers"]}
+    tasks = [set(t) for t in model_tasks.values()]
     assert sorted(len(t) for t in tasks) == [2, 3, 3]
     assert len(set().union(*tasks)) == sum(len(t) for t in tasks) == 8  # each task once
-    wait_until("every record applied", all_applied(job, RECORDS))
-    # Keyed state across three applications equals one query's: every running count
-    # (user, count) at every (partition, offset), so nothing lost, nothing applied twice.
-    assert job.output_rows() == reference_rows(spark, clicks)
-
-
-def test_a_killed_container_is_replaced_and_its_tasks_lose_nothing(
-    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
-) -> None:
-    job = start_job(containers=2)
-    running = wait_until(
-        "two running containers",
-        lambda: len(job.running_containers()) == 2 and job.running_containers(),
-    )
     victim, pid = sorted(running.items())[0]
-    model_tasks = {c["containerId"]: c["tasks"] for c in job.job_model()["containers"]}
     wait_until("a first batch written", lambda: writes_by(clicks / "out", victim))
     os.kill(pid, signal.SIGKILL)
     produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
@@ -320,7 +296,7 @@ def test_a_paused_container_is_fenced_and_publishes_nothing_after_its_lease(
     assert zombie in events
 
 
-def test_a_restarted_coordinator_finds_its_containers_and_carries_on(
+def test_two_containers_run_like_one_query_and_a_restarted_coordinator_carries_on(
     spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
     job = start_job(containers=2)
@@ -329,6 +305,16 @@ def test_a_restarted_coordinator_finds_its_containers_and_carries_on(
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
     model = job.job_model()
+    # First, two containers run a stateful job like one query.
+    tasks = [set(c["tasks"]) for c in model["containers"]]
+    assert len(tasks) == 2
+    assert tasks[0].isdisjoint(tasks[1])
+    assert len(tasks[0] | tasks[1]) == 8
+    # Each container reads only its tasks' partitions: one of the two each.
+    assert {t.split("_")[0] for t in tasks[0]} != {t.split("_")[0] for t in tasks[1]}
+    wait_until("every record applied", all_applied(job, RECORDS))
+    assert job.output_rows() == reference_rows(spark, clicks)
+    # Then the coordinator dies and comes back while records keep arriving.
     job.process.send_signal(signal.SIGKILL)
     job.process.wait(30)
     produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
