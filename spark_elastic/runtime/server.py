@@ -379,8 +379,9 @@ class CoordinatorServer:
 
         try:
             counts, ends = await asyncio.to_thread(look)
-        except (SparkElasticError, OSError) as exc:
-            self.supervisor.store.event("partitions", detail=f"check failed: {exc}")
+        except Exception as exc:  # outside I/O (a broker, a disk) must never stop the ticks
+            detail = f"check failed: {type(exc).__name__}: {exc}"
+            self.supervisor.store.event("partitions", detail=detail)
             return
         if self.supervisor.observe_partitions(counts, ends) == "growth":
             self.metrics.partition_growths.inc()

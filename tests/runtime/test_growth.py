@@ -307,3 +307,34 @@ def test_a_successor_never_starts_while_its_predecessor_may_still_write(
             assert not any(first.launcher.alive(pid, c) for c, pid in running.items())
     finally:
         first.kill_all()
+
+
+class BrokenWatch:
+    """Inputs that cannot be read: every look fails as an unexpected error would."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def partition_counts(self) -> dict[str, int]:
+        self.looks += 1
+        raise RuntimeError(f"broker gone ({self.looks})")
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        raise RuntimeError("broker gone")
+
+
+def test_a_monitor_that_cannot_read_its_inputs_reports_it_and_the_coordinator_goes_on(
+    tmp_path: Path,
+) -> None:
+    watch = BrokenWatch()
+    c = Coordinator(tmp_path, watch=watch, partition_check_s=CHECK_S)
+    try:
+        with c.server.running_in_thread():
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            wait_until("several failed looks", lambda: watch.looks >= 3)
+            details = [e["detail"] for e in c.status()["events"] if e["kind"] == "partitions"]
+            assert any("check failed: RuntimeError: broker gone" in d for d in details)
+            status, reply = call(f"{c.url}/containerHeartbeat?executionContainerId=clicks-c1")
+            assert (status, reply["alive"]) == (200, True)
+    finally:
+        c.kill_all()
