@@ -1,25 +1,31 @@
-"""Stateful benchmarks: bucket-checkpoint overhead, and rescale vs Spark's offline repartition.
+"""Stateful benchmarks: steady-state speed against Spark, checkpoint overhead, rescale downtime.
 
-Run: ``.venv/bin/python benchmarks/bench_stateful.py`` (``--keys``/``--records`` to resize;
-``--quick`` for a smoke run). Everything runs on the embedded log, local[2].
+Run: ``.venv/bin/python benchmarks/bench_stateful.py`` (``--quick`` for a smoke run,
+``--only steady,large,overhead,rescale`` for some sections, ``--variants`` to leave
+some out). Everything runs on the embedded log, local[2], RocksDB, 2 topic
+partitions and 4 state partitions, noop sink; runs of one section alternate
+their variants (the first of a round rotates), medians reported.
 
-1. Overhead: the same running-count processor over the same records, with and
-   without per-bucket checkpoints (``with_task_state(..., bucket_checkpoints=False)``),
-   runs alternated, best of N.
-2. Rescale: a checkpoint holding ``--keys`` keys of state at factor 2 (4 state
-   partitions) is rescaled to 8 state partitions, side by side on copies of the
-   same checkpoint: ``spark_elastic.rescale`` to factor 4, and Spark's own
-   offline repartition (``spark._streamingCheckpointManager.repartition``, Spark
-   4.2+, private, RocksDB only, which moves a virtual task's state as one piece
-   and cannot change the factor). Each runs in its own process; peak memory is
-   that process's Python plus its JVM. Our seed is loaded by the new query's
-   first micro-batch, timed separately.
+1. steady: a running count over ``--records`` records of ``--keys-small`` keys
+   in 10 micro-batches: Spark's native ``groupBy("key").count()`` (no Python),
+   ``with_task_state`` (ours), and ``transformWithStateInPandas`` grouped by
+   the record key with one ValueState per key (what a user writes without us).
+2. large: the same running count with ``--keys`` keys of state already built,
+   then 5 micro-batches of 20,000 records: native against ours (a state layout
+   that rewrote a task's whole state each batch would lose here).
+3. overhead: ours with and without per-bucket checkpoints.
+4. rescale: ``--keys`` keys of state at factor 2 split to factor 4, then merged
+   back to 2. Downtime = the offline ``rescale`` plus the new query's first
+   micro-batch (20,000 new records), each timed in a fresh process after its
+   SparkSession started; against Spark's own offline repartition (4.2+,
+   private, RocksDB only, cannot change the factor) of the same checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import resource
 import shutil
 import statistics
@@ -27,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +41,10 @@ import pandas as pd
 
 PARTITIONS = 2
 TOPIC = "events"
+BATCH = 20_000
 
 
-def processors() -> tuple[Any, Any]:
+def counter_processor() -> Any:
     from spark_elastic import TaskProcessor, TaskState
 
     class Counter(TaskProcessor):
@@ -51,18 +59,28 @@ def processors() -> tuple[Any, Any]:
                 counts.append(count + 1)
             return pd.DataFrame({"key": rows["key"], "count": counts})
 
-    class LastOffset(TaskProcessor):
-        """Writes state without reading it: the cheapest way to build many keys."""
+    return Counter()
 
-        state_schema = "last_offset long"
-        output_schema = "n long"
 
-        def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
-            for key, offset in zip(rows["key"], rows["offset"], strict=True):
-                task.put(key, (int(offset),))
-            return pd.DataFrame({"n": [len(rows)]})
+def per_key_processor() -> Any:
+    """What a user writes without spark-elastic: group by the key, one ValueState per key."""
+    from pyspark.sql.streaming import StatefulProcessor
 
-    return Counter, LastOffset
+    class PerKeyCount(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.count = handle.getValueState("count", "count long")
+
+        def handleInputRows(self, key: Any, rows: Any, timer_values: Any) -> Any:
+            frame = pd.concat(list(rows), ignore_index=True)
+            start = self.count.get()[0] if self.count.exists() else 0
+            n = len(frame)
+            self.count.update((start + n,))
+            yield pd.DataFrame({"key": frame["key"], "count": range(start + 1, start + n + 1)})
+
+        def close(self) -> None:
+            pass
+
+    return PerKeyCount()
 
 
 def peak_memory_mb() -> float:
@@ -79,7 +97,7 @@ def peak_memory_mb() -> float:
                 continue
             for line in (proc / "status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
-                    jvm = max(jvm, int(line.split()[1]) / 1024)
+                    jvm += int(line.split()[1]) / 1024
         except OSError:
             continue
     return own + jvm
@@ -94,18 +112,10 @@ def session() -> Any:
     return spark
 
 
-def run_query(
-    spark: Any,
-    log_dir: Path,
-    checkpoint: Path,
-    processor: Any,
-    factor: int,
-    max_per_trigger: int,
-    bucket_checkpoints: bool = True,
-) -> float:
-    from spark_elastic import starting_offsets, with_task_state
+def events(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -> Any:
+    from spark_elastic import starting_offsets
 
-    events = (
+    return (
         spark.readStream.format("elastic-log")
         .option("path", str(log_dir))
         .option("subscribe", TOPIC)
@@ -113,9 +123,30 @@ def run_query(
         .option("maxOffsetsPerTrigger", max_per_trigger)
         .load()
     )
-    out = events.transform(
+
+
+def run(query_of: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    query = query_of()
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
+    return time.perf_counter() - started
+
+
+def ours(
+    spark: Any,
+    log_dir: Path,
+    checkpoint: Path,
+    factor: int,
+    max_per_trigger: int,
+    bucket_checkpoints: bool = True,
+) -> float:
+    from spark_elastic import with_task_state
+
+    out = events(spark, log_dir, checkpoint, max_per_trigger).transform(
         with_task_state(
-            processor,
+            counter_processor(),
             job="bench",
             checkpoint_location=checkpoint,
             elasticity_factor=factor,
@@ -123,67 +154,172 @@ def run_query(
             bucket_checkpoints=bucket_checkpoints,
         )
     )
-    started = time.perf_counter()
-    query = (
-        out.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    return run(
+        lambda: (
+            out.writeStream.format("noop")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    query.awaitTermination()
-    return time.perf_counter() - started
 
 
-def produce(log_dir: Path, records: int, keys: int) -> None:
+def native(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -> float:
+    counts = events(spark, log_dir, checkpoint, max_per_trigger).groupBy("key").count()
+    return run(
+        lambda: (
+            counts.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+    )
+
+
+def per_key(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -> float:
+    counts = (
+        events(spark, log_dir, checkpoint, max_per_trigger)
+        .select("key")
+        .groupBy("key")
+        .transformWithStateInPandas(per_key_processor(), "key binary, count long", "Append", "None")
+    )
+    return run(
+        lambda: (
+            counts.writeStream.format("noop")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+    )
+
+
+def produce(log_dir: Path, records: int, keys: int, seed: int | None = None) -> None:
+    """``records`` records over ``keys`` keys: round-robin, or random with ``seed``."""
     from spark_elastic import EmbeddedLog
 
     log = EmbeddedLog(log_dir, fsync=False)
-    log.create_topic(TOPIC, PARTITIONS)
+    if TOPIC not in log.partition_counts():
+        log.create_topic(TOPIC, PARTITIONS)
+    rng = random.Random(seed)
     with log.producer(TOPIC) as producer:
         for start in range(0, records, 100_000):
             count = min(100_000, records - start)
-            batch = [f"key-{(start + i) % keys}".encode() for i in range(count)]
-            producer.send_many(batch, [b"v"] * count)
+            ids = (
+                [(start + i) % keys for i in range(count)]
+                if seed is None
+                else [rng.randrange(keys) for _ in range(count)]
+            )
+            producer.send_many([f"key-{i}".encode() for i in ids], [b"v"] * count)
+
+
+Variant = Callable[[Path], float]
+
+
+def alternate(variants: dict[str, Variant], runs: int, work: Path) -> dict[str, list[float]]:
+    """Each variant ``runs`` times; the first of a round rotates so drift favours none."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(runs):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            checkpoint = work / f"{name.split()[0]}-{i}"
+            times[name].append(variants[name](checkpoint))
+            print(f"  {name} run {i}: {times[name][-1]:.1f} s", file=sys.stderr)
+    return times
+
+
+def table(title: str, times: dict[str, list[float]], records: int) -> None:
+    print(f"\n### {title}\n")
+    print("| variant | median (s) | records/s |")
+    print("|---|---:|---:|")
+    for name, samples in times.items():
+        middle = statistics.median(samples)
+        print(f"| {name} | {middle:.1f} | {records / middle:,.0f} |")
+
+
+def warm_up(spark: Any, work: Path) -> None:
+    """One small untimed run of each kind of query: the JVM's JIT and Python workers warm up."""
+    log_dir = work / "warm-up-log"
+    produce(log_dir, 2_000, 100)
+    native(spark, log_dir, work / "warm-up-native", 1_000)
+    ours(spark, log_dir, work / "warm-up-ours", 2, 1_000)
+
+
+def steady(work: Path, records: int, keys: int, runs: int, chosen: set[str]) -> None:
+    log_dir = work / "steady-log"
+    produce(log_dir, records, keys)
+    spark = session()
+    warm_up(spark, work)
+    per_trigger = records // 10
+    variants: dict[str, Variant] = {
+        'native `groupBy("key").count()`': lambda cp: native(spark, log_dir, cp, per_trigger),
+        "`with_task_state` (ours)": lambda cp: ours(spark, log_dir, cp, 2, per_trigger),
+        "`transformWithStateInPandas` per key": lambda cp: per_key(spark, log_dir, cp, per_trigger),
+    }
+    picked = {n: v for n, v in variants.items() if n.split()[0].strip("`") in chosen}
+    times = alternate(picked, runs, work / "steady")
+    spark.stop()
+    table(
+        f"Running count: {records:,} records of {keys:,} keys in 10 micro-batches",
+        times,
+        records,
+    )
+
+
+def large(work: Path, keys: int, runs: int, chosen: set[str]) -> None:
+    """Build ``keys`` keys of state per variant once, then time 5 batches of 20,000 on top."""
+    spark = session()
+    warm_up(spark, work)
+    variants = {
+        'native `groupBy("key").count()`': lambda log, cp, n: native(spark, log, cp, n),
+        "`with_task_state` (ours)": lambda log, cp, n: ours(spark, log, cp, 2, n),
+    }
+    picked = {n: v for n, v in variants.items() if n.split()[0].strip("`") in chosen}
+    times: dict[str, list[float]] = {name: [] for name in picked}
+    for i in range(runs):
+        log_dir = work / f"large-log-{i}"
+        produce(log_dir, keys, keys)
+        built = {}
+        for name, variant in picked.items():
+            checkpoint = work / f"large-{name.split()[0].strip('`')}-{i}"
+            built[name] = variant(log_dir, checkpoint, keys)
+            print(f"  {name} built {keys:,} keys in {built[name]:.0f} s", file=sys.stderr)
+        produce(log_dir, 5 * BATCH, keys, seed=i)
+        names = list(picked)
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            checkpoint = work / f"large-{name.split()[0].strip('`')}-{i}"
+            times[name].append(picked[name](log_dir, checkpoint, BATCH))
+            print(f"  {name} run {i}: {times[name][-1]:.1f} s", file=sys.stderr)
+    spark.stop()
+    table(
+        f"Running count on {keys:,} keys of state: 5 micro-batches of {BATCH:,} records",
+        times,
+        5 * BATCH,
+    )
 
 
 def overhead(work: Path, records: int, keys: int, runs: int) -> None:
-    counter, _ = processors()
     log_dir = work / "overhead-log"
     produce(log_dir, records, keys)
     spark = session()
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for i in range(runs):
-        # ABBA: the variant that runs first in a round alternates, so a machine that
-        # warms up (or slows down) over a round does not favour one of them.
-        for with_checkpoints in (True, False) if i % 2 == 0 else (False, True):
-            checkpoint = work / f"overhead-{with_checkpoints}-{i}"
-            times[with_checkpoints].append(
-                run_query(spark, log_dir, checkpoint, counter(), 2, records // 10, with_checkpoints)
-            )
-    spark.stop()
-    print(
-        f"\n### Bucket-checkpoint overhead ({records:,} records, {keys:,} keys, "
-        "4 virtual tasks, 10 micro-batches, runs in ABBA order)\n"
+    warm_up(spark, work)
+    per_trigger = records // 10
+    times = alternate(
+        {
+            "with bucket checkpoints": lambda cp: ours(spark, log_dir, cp, 2, per_trigger, True),
+            "without bucket checkpoints": lambda cp: ours(
+                spark, log_dir, cp, 2, per_trigger, False
+            ),
+        },
+        runs,
+        work / "overhead",
     )
-    print(f"| running count | best of {runs} (s) | median (s) | records/s (best) |")
-    print("|---|---:|---:|---:|")
-    for label, variant in (("without", False), ("with", True)):
-        best, middle = min(times[variant]), statistics.median(times[variant])
-        print(f"| {label} bucket checkpoints | {best:.1f} | {middle:.1f} | {records / best:,.0f} |")
-    ratio = statistics.median(times[True]) / statistics.median(times[False])
-    print(f"\noverhead (medians): {100 * (ratio - 1):+.1f}%")
-
-
-def build_state(work: Path, keys: int) -> tuple[Path, Path]:
-    _, last_offset = processors()
-    log_dir = work / "rescale-log"
-    produce(log_dir, keys, keys)
-    spark = session()
-    checkpoint = work / "state-f2"
-    seconds = run_query(spark, log_dir, checkpoint, last_offset(), 2, keys)
     spark.stop()
-    print(f"\nbuilt {keys:,} keys of state at factor 2 (4 state partitions) in {seconds:.0f} s")
-    return log_dir, checkpoint
+    table(f"Bucket-checkpoint overhead ({records:,} records, {keys:,} keys)", times, records)
+    ratio = statistics.median(times["with bucket checkpoints"]) / statistics.median(
+        times["without bucket checkpoints"]
+    )
+    print(f"\noverhead (medians): {100 * (ratio - 1):+.1f}%")
 
 
 def child(argv: list[str]) -> dict[str, float]:
@@ -196,24 +332,41 @@ def child(argv: list[str]) -> dict[str, float]:
 
 
 def rescale_benchmark(work: Path, keys: int) -> None:
-    log_dir, source = build_state(work, keys)
-    ours_target = work / "ours-f4"
+    log_dir = work / "rescale-log"
+    produce(log_dir, keys, keys)
+    source = work / "state-f2"
+    built = child(["_run", str(log_dir), str(source), "2", str(keys)])
+    print(f"  built {keys:,} keys at factor 2 in {built['seconds']:.0f} s", file=sys.stderr)
     spark_copy = work / "spark-copy"
     shutil.copytree(source, spark_copy)
-    ours = child(["_ours", str(source), str(ours_target)])
     spark_side = child(["_spark", str(spark_copy)])
-    load = child(["_load", str(log_dir), str(ours_target)])
-    print(f"\n### Rescale {keys:,} keys of state, 4 -> 8 state partitions\n")
-    print("| | offline (s) | peak memory (MiB) | first batch after (s) |")
-    print("|---|---:|---:|---:|")
+    rows = []
+    for label, old, new, factor in (
+        ("split 2 -> 4", source, work / "state-f4", 4),
+        ("merge 4 -> 2", work / "state-f4", work / "state-f2-again", 2),
+    ):
+        produce(log_dir, BATCH, keys, seed=factor)
+        offline = child(["_rescale", str(old), str(new), str(factor)])
+        first = child(["_run", str(log_dir), str(new), str(factor), str(BATCH)])
+        rows.append((label, offline, first))
+        print(f"  {label}: {offline['seconds']:.1f} s + {first['seconds']:.1f} s", file=sys.stderr)
+    print(f"\n### Rescale {keys:,} keys of state (downtime = offline + first micro-batch)\n")
+    print("| | offline (s) | first micro-batch (s) | downtime (s) | peak memory (MiB) |")
+    print("|---|---:|---:|---:|---:|")
     print(
-        f"| Spark `repartition(ckpt, 8)` (factor unchanged) | {spark_side['seconds']:.1f} | "
-        f"{spark_side['peak_mb']:,.0f} | - |"
+        f"| Spark `repartition(ckpt, 8)` (factor unchanged) | {spark_side['seconds']:.1f} | - | - "
+        f"| {spark_side['peak_mb']:,.0f} |"
     )
-    print(
-        f"| `spark_elastic.rescale` factor 2 -> 4 | {ours['seconds']:.1f} | "
-        f"{ours['peak_mb']:,.0f} | {load['seconds']:.1f} (loads the seed) |"
-    )
+    for label, offline, first in rows:
+        print(
+            f"| `spark_elastic.rescale` {label} | {offline['seconds']:.1f} | "
+            f"{first['seconds']:.1f} | {offline['seconds'] + first['seconds']:.1f} | "
+            f"{max(offline['peak_mb'], first['peak_mb']):,.0f} |"
+        )
+
+
+SECTIONS = ("steady", "large", "overhead", "rescale")
+VARIANTS = ("native", "with_task_state", "transformWithStateInPandas")
 
 
 def main() -> None:
@@ -221,39 +374,46 @@ def main() -> None:
         return private(sys.argv[1], sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--overhead-keys", type=int, default=10_000)
+    parser.add_argument("--keys-small", type=int, default=10_000)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--skip-overhead", action="store_true")
-    parser.add_argument("--skip-rescale", action="store_true")
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    chosen = set(args.variants.split(","))
+    for name, given, allowed in (("--only", only, SECTIONS), ("--variants", chosen, VARIANTS)):
+        if not given <= set(allowed):
+            parser.error(f"{name}: expected some of {','.join(allowed)}, found {sorted(given)}")
     if args.quick:
-        args.records, args.overhead_keys, args.keys, args.runs = 20_000, 1_000, 20_000, 1
+        args.records, args.keys_small, args.keys, args.runs = 20_000, 1_000, 40_000, 1
     work = Path(tempfile.mkdtemp(prefix="bench-stateful-"))
     try:
-        if not args.skip_overhead:
-            overhead(work, args.records, args.overhead_keys, args.runs)
-        if not args.skip_rescale:
+        if "steady" in only:
+            steady(work, args.records, args.keys_small, args.runs, chosen)
+        if "large" in only:
+            large(work, args.keys, args.runs, chosen)
+        if "overhead" in only:
+            overhead(work, args.records, args.keys_small, args.runs)
+        if "rescale" in only:
             rescale_benchmark(work, args.keys)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def private(command: str, argv: list[str]) -> None:
-    """The measured side of one comparison, in a fresh process."""
+    """The measured side of one comparison, in a fresh process (after Spark started)."""
     spark = session()
     started = time.perf_counter()
-    if command == "_ours":
+    if command == "_rescale":
         from spark_elastic import rescale
 
-        rescale(argv[0], argv[1], 4, spark)
+        rescale(argv[0], argv[1], int(argv[2]), spark)
     elif command == "_spark":
         spark._streamingCheckpointManager.repartition(argv[0], 8)
-    elif command == "_load":
-        _, last_offset = processors()
-        started = time.perf_counter()
-        run_query(spark, Path(argv[0]), Path(argv[1]), last_offset(), 4, 1_000_000)
+    elif command == "_run":
+        ours(spark, Path(argv[0]), Path(argv[1]), int(argv[2]), int(argv[3]))
     seconds = time.perf_counter() - started
     print(json.dumps({"seconds": seconds, "peak_mb": peak_memory_mb()}))
     spark.stop()
