@@ -5,6 +5,8 @@
 loopback, prints ``status: URL`` on stdout, launches the containers, and runs
 until SIGINT or SIGTERM, which stop the containers, then the coordinator.
 ``job status URL`` prints the coordinator's view (``--json`` for all of it).
+``job scale URL --containers N`` changes a running job's container count;
+``job autoscale URL --on|--off|--pin N|--min A --max B`` sets its autoscaler.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.errors import ArgumentError
 
 if TYPE_CHECKING:
+    from spark_elastic.runtime.autoscaler import AutoscalerConfig
     from spark_elastic.runtime.job import JobInput
 
 __all__ = ["register"]
@@ -37,6 +40,12 @@ def _positive_ms(text: str) -> int:
 def _count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return int(text)
+
+
+def _zero_or_more(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, found {text!r}")
     return int(text)
 
 
@@ -137,6 +146,40 @@ def register(subparsers: Any) -> None:
         default=180_000,
         help="how long a container may take to register (180000)",
     )
+    scaler = run.add_argument_group(
+        "autoscaler",
+        "Scale a stateless job's containers on lag and processing rate (off by default). A "
+        "resumed job keeps the store's settings unless one of these is given.",
+    )
+    scaler.add_argument("--autoscale", action="store_true", help="turn the autoscaler on")
+    scaler.add_argument("--autoscale-min", type=_count, metavar="N", help="fewest containers (1)")
+    scaler.add_argument(
+        "--autoscale-max", type=_count, metavar="N", help="most containers (the task count)"
+    )
+    scaler.add_argument(
+        "--autoscale-drain-ms",
+        type=_positive_ms,
+        metavar="MS",
+        help="scale out when the backlog would take longer to drain (60000)",
+    )
+    scaler.add_argument(
+        "--autoscale-window-ms",
+        type=_zero_or_more,
+        metavar="MS",
+        help="how long a wish must hold before it acts (60000)",
+    )
+    scaler.add_argument(
+        "--autoscale-cooldown-ms",
+        type=_zero_or_more,
+        metavar="MS",
+        help="no action this long after a change of the container count (120000)",
+    )
+    scaler.add_argument(
+        "--autoscale-busy-lag",
+        type=_zero_or_more,
+        metavar="RECORDS",
+        help="a task with more lag is busy: no scale-in meanwhile (1000)",
+    )
     run.set_defaults(run=_run)
     status = commands.add_parser(
         "status",
@@ -159,6 +202,21 @@ def register(subparsers: Any) -> None:
     scale.add_argument("--containers", type=_count, required=True, help="the new container count")
     scale.add_argument("--token", help="bearer token, if the coordinator requires one")
     scale.set_defaults(run=_scale)
+    autoscale = commands.add_parser(
+        "autoscale",
+        help="turn a running job's autoscaler on or off, pin it, or change its bounds",
+        description="Set a running job's autoscaler: on or off, pinned at N containers (held "
+        "there whatever the load), and its bounds.",
+    )
+    autoscale.add_argument("url", metavar="URL", help="the coordinator's URL")
+    mode = autoscale.add_mutually_exclusive_group()
+    mode.add_argument("--on", action="store_true", help="scale on load")
+    mode.add_argument("--off", action="store_true", help="do not scale (and unpin)")
+    mode.add_argument("--pin", type=_count, metavar="N", help="hold the job at N containers")
+    autoscale.add_argument("--min", type=_count, metavar="A", help="fewest containers")
+    autoscale.add_argument("--max", type=_count, metavar="B", help="most containers")
+    autoscale.add_argument("--token", help="bearer token, if the coordinator requires one")
+    autoscale.set_defaults(run=_autoscale)
 
 
 class _InputWatch:
@@ -201,6 +259,7 @@ def _run(args: argparse.Namespace) -> int:
         job.grouper,
         stateful=job.processor is not None,
     )
+    autoscaler = _autoscaler_options(args, len(shape.tasks))
     container_env = {
         "SPARK_ELASTIC_HEARTBEAT_MS": str(args.heartbeat_ms),
         "SPARK_ELASTIC_HEARTBEAT_RETRIES": str(args.heartbeat_retries),
@@ -228,6 +287,7 @@ def _run(args: argparse.Namespace) -> int:
             container_env=container_env,
             watch=_InputWatch(job.input),
             partition_check_s=args.partition_check_ms / 1000,
+            autoscaler=autoscaler,
         )
 
     try:
@@ -242,6 +302,34 @@ def _run(args: argparse.Namespace) -> int:
 
     server.run_forever(ready)
     return 0
+
+
+_AUTOSCALE_OPTIONS = {
+    # JSON key -> (option, scale from the option's unit to the setting's)
+    "minContainers": ("--autoscale-min", 1),
+    "maxContainers": ("--autoscale-max", 1),
+    "maxDrainS": ("--autoscale-drain-ms", 1000),
+    "windowS": ("--autoscale-window-ms", 1000),
+    "cooldownS": ("--autoscale-cooldown-ms", 1000),
+    "busyLag": ("--autoscale-busy-lag", 1),
+}
+
+
+def _autoscaler_options(args: argparse.Namespace, task_count: int) -> AutoscalerConfig | None:
+    """The autoscaler's settings from ``job run``'s options; None when none was given."""
+    from spark_elastic.runtime.autoscaler import AutoscalerConfig
+
+    given = {
+        key: value if unit == 1 else value / unit
+        for key, (option, unit) in _AUTOSCALE_OPTIONS.items()
+        if (value := getattr(args, option[2:].replace("-", "_"))) is not None
+    }
+    if not given and not args.autoscale:
+        return None
+    names = {key: option for key, (option, _) in _AUTOSCALE_OPTIONS.items()}
+    return AutoscalerConfig().updated(
+        {**given, "enabled": args.autoscale}, task_count=task_count, names=names
+    )
 
 
 def _check_lease_options(args: argparse.Namespace) -> None:
@@ -293,6 +381,25 @@ def _call(url_arg: str, path: str, token: str | None, body: Any = None) -> Any:
 def _scale(args: argparse.Namespace) -> int:
     reply = _call(args.url, "/scale", args.token, {"containers": args.containers})
     print(reply["summary"])
+    return 0
+
+
+def _autoscale(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {}
+    if args.on or args.off:
+        body["enabled"] = bool(args.on)
+    if args.pin is not None:
+        body["pinned"] = args.pin
+    if args.min is not None:
+        body["minContainers"] = args.min
+    if args.max is not None:
+        body["maxContainers"] = args.max
+    if not body:
+        raise ArgumentError.invalid(
+            "job autoscale", "one of --on, --off, --pin N, --min A, --max B", "none"
+        )
+    reply = _call(args.url, "/autoscaler", args.token, body)
+    print(f"autoscaler {reply['summary']}")
     return 0
 
 

@@ -17,8 +17,10 @@ token. Errors are JSON: ``{"error": "one line"}``.
 
 Endpoints: ``GET /jobModel``, ``GET /containerHeartbeat?executionContainerId=ID``,
 ``POST /containers/register``, ``POST /containers/progress``,
-``POST /scale`` (``{"containers": N}``; 409 while another change is under way), ``GET /``
-(status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
+``POST /scale`` (``{"containers": N}``; 409 while another change is under way),
+``POST /autoscaler`` (``{"enabled": b}``, ``{"pinned": N}``, bounds
+``{"minContainers": A, "maxContainers": B}``, and the policy's other settings),
+``GET /`` (status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from spark_elastic.errors import (
     ArgumentError,
+    ArgumentTypeError,
     ChangeRefusedError,
     ProtocolError,
     SparkElasticError,
@@ -151,6 +154,19 @@ def _monitor_line(monitor: dict[str, Any]) -> str:
     )
 
 
+def _autoscaler_line(autoscaler: dict[str, Any]) -> str:
+    e = html.escape
+    line = f"<p class='autoscaler'>Autoscaler {e(autoscaler['summary'])}."
+    last = autoscaler["lastDecision"]
+    if last is not None:
+        at = time.strftime("%H:%M:%S", time.localtime(last["at"]))
+        line += (
+            f" Last decision ({at}): {e(last['action'])} at {last['target']} "
+            f"({e(last['rule'])}): {e(last['reason'])}"
+        )
+    return line + "</p>"
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -183,6 +199,18 @@ class _Metrics:
             "Input partition growths taken up (SEP-5)",
             registry=r,
         )
+        self.autoscaler_actions = Counter(
+            "spark_elastic_autoscaler_actions",
+            "Container count changes the autoscaler made, by action",
+            ["action"],
+            registry=r,
+        )
+        self.autoscaler_mode = Gauge(
+            "spark_elastic_autoscaler_mode",
+            "1 for the autoscaler's current mode (off, on, pinned)",
+            ["mode"],
+            registry=r,
+        )
         self.model_version = Gauge(
             "spark_elastic_job_model_version", "The current job model version", registry=r
         )
@@ -204,6 +232,8 @@ class _Metrics:
 
     def refresh(self, status: dict[str, Any]) -> None:
         self.model_version.set(status["jobModelVersion"])
+        for mode in ("off", "on", "pinned"):
+            self.autoscaler_mode.labels(mode).set(int(status["autoscaler"]["mode"] == mode))
         self.partition_change_refused.set(1 if status["partitionMonitor"]["refused"] else 0)
         states: dict[str, int] = {}
         for c in status["containers"]:
@@ -268,6 +298,7 @@ class CoordinatorServer:
         app.router.add_post("/containers/register", self._register)
         app.router.add_post("/containers/progress", self._progress)
         app.router.add_post("/scale", self._scale)
+        app.router.add_post("/autoscaler", self._autoscaler)
         app.router.add_get("/status.json", self._status)
         app.router.add_get("/metrics", self._metrics)
         return app
@@ -288,7 +319,7 @@ class CoordinatorServer:
             return await handler(request)
         except web.HTTPRequestEntityTooLarge:
             return _error(413, f"request body over {MAX_BODY} bytes")
-        except (ProtocolError, ArgumentError) as exc:
+        except (ProtocolError, ArgumentError, ArgumentTypeError) as exc:
             return _error(400, str(exc))
         except ChangeRefusedError as exc:
             return _error(409, str(exc))
@@ -337,6 +368,13 @@ class CoordinatorServer:
             {"summary": summary, "jobModelVersion": self.supervisor.model.version}
         )
 
+    async def _autoscaler(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise ProtocolError('/autoscaler: expected a JSON object such as {"enabled": true}')
+        summary = self.supervisor.configure_autoscaler(body)
+        return web.json_response({"summary": summary})
+
     async def _job_model(self, request: web.Request) -> web.Response:
         return web.json_response(self.supervisor.model.to_json())
 
@@ -355,14 +393,24 @@ class CoordinatorServer:
 
     # life cycle
 
+    def _count_into_metrics(self, seen: dict[str, int]) -> None:
+        """Add what the supervisor counted since the last tick to the Prometheus counters."""
+        counters = {
+            "failovers": self.metrics.failovers,
+            "autoscaler_scale-out": self.metrics.autoscaler_actions.labels("scale-out"),
+            "autoscaler_scale-in": self.metrics.autoscaler_actions.labels("scale-in"),
+        }
+        for name, counter in counters.items():
+            now = self.supervisor.counters.get(name, 0)
+            if now > seen.get(name, 0):
+                counter.inc(now - seen.get(name, 0))
+                seen[name] = now
+
     async def _tick_forever(self) -> None:
-        failovers = 0
+        seen: dict[str, int] = {}
         while not self._stopping.is_set():
             self.supervisor.tick()
-            now = self.supervisor.counters.get("failovers", 0)
-            if now > failovers:
-                self.metrics.failovers.inc(now - failovers)
-                failovers = now
+            self._count_into_metrics(seen)
             if self.supervisor.partition_check_due():
                 await self._check_partitions()
             with contextlib.suppress(asyncio.TimeoutError):
@@ -445,7 +493,7 @@ def _age(seconds: float | None) -> str:
 
 
 def render_page(status: dict[str, Any]) -> str:
-    """The status page: containers, tasks, lease state, lag, read amplification, events.
+    """The status page: containers, tasks, lease state, lag, read amplification, autoscaler, events.
 
     Parameters
     ----------
@@ -498,6 +546,7 @@ elasticity factor {status["elasticityFactor"]}</h1>
 <p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
 margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
 {_monitor_line(status["partitionMonitor"])}
+{_autoscaler_line(status["autoscaler"])}
 <h2>Containers</h2>
 <table><tr><th>container</th><th>state</th><th>pid</th><th>generation</th><th>virtual tasks</th>
 <th>heartbeat age</th><th>lease</th><th>last batch</th><th>read amplification</th></tr>

@@ -29,6 +29,12 @@ The recipe, in small steps:
    containers by PID and gives each a fresh lease from its own start: their
    renewal times died with the old process, and a container whose own lease
    lapsed meanwhile pauses its writes until it is renewed.
+6. **Autoscale.** Each tick, unless the autoscaler is off, the pure policy of
+   :mod:`.autoscaler` judges each task's lag (from its current owner) and
+   each container's processing rate (from its progress reports, as received)
+   and the supervisor carries out what it decides through :meth:`Supervisor.scale`;
+   a refusal (a stateful job, a change under way) becomes a hold. Its
+   settings live in the store, so a restarted coordinator keeps a pin.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +54,18 @@ from typing import Any, Protocol
 
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
 from spark_elastic.model.names import TaskName
+from spark_elastic.runtime.autoscaler import (
+    HOLD,
+    AutoscalerConfig,
+    ContainerLoad,
+    Decision,
+    Observation,
+    PolicyState,
+    TaskLoad,
+    acted,
+    evaluate,
+    processing_rate,
+)
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
@@ -71,6 +90,11 @@ __all__ = [
 ]
 
 Clock = Callable[[], float]
+
+HOLD_EVENTS_EVERY_S = 30.0
+"""The autoscaler records a hold whose rule changed at most this often (actions always)."""
+RATE_HISTORY_S = 300.0
+"""How far back progress reports are kept for processing rates (at least the rate window)."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +375,9 @@ class Supervisor:
         turns the monitor off.
     partition_check_s
         How often the monitor looks (Samza's default: 5 minutes).
+    autoscaler
+        The autoscaler's settings, checked against the task count and kept
+        in the store; None keeps the store's (off for a new store).
     """
 
     def __init__(
@@ -366,6 +393,7 @@ class Supervisor:
         clock: Clock = time.monotonic,
         watch: PartitionWatch | None = None,
         partition_check_s: float = 300.0,
+        autoscaler: AutoscalerConfig | None = None,
     ) -> None:
         self.shape = shape
         self.store = store
@@ -385,7 +413,15 @@ class Supervisor:
         self.partitions_refused = ""
         # Predecessors a successor waits for: retired id -> when its lease was last renewed.
         self._retired: dict[str, float] = {}
+        # Progress reports as received: container -> (monotonic time, records processed).
+        self._reports: dict[str, deque[tuple[float, int]]] = {}
+        self._first_report: dict[str, float] = {}
+        self._policy = PolicyState()
+        self.decision: Decision | None = None
+        self._decided_at: float | None = None
+        self._hold_logged: tuple[str, float] | None = None
         self.model = self._load_or_plan(containers)
+        self.autoscaler = self._load_autoscaler(autoscaler)
 
     # 1. plan once
 
@@ -597,7 +633,40 @@ class Supervisor:
                     f"{strangers[0]!r}, which it does not own"
                 )
             self.store.save_progress(report)
+            self._keep_report(report)
         return reply
+
+    def _keep_report(self, report: ProgressReport) -> None:
+        now = self.clock()
+        for gone in [c for c in self._reports if c not in self._live]:
+            del self._reports[gone]
+            self._first_report.pop(gone, None)
+        self._first_report.setdefault(report.container_id, now)
+        reports = self._reports.setdefault(report.container_id, deque())
+        reports.append((now, report.records_processed))
+        horizon = now - max(RATE_HISTORY_S, self.autoscaler.rate_window_s)
+        while reports and reports[0][0] < horizon:
+            reports.popleft()
+
+    def _rate(self, container_id: str, now: float) -> float | None:
+        return processing_rate(
+            self._first_report.get(container_id),
+            tuple(self._reports.get(container_id, ())),
+            now,
+            self.autoscaler.rate_window_s,
+        )
+
+    def _task_lags(self) -> dict[str, int]:
+        """Each task's lag as its current owner reported it; -1 until the owner reports
+        (a previous owner's figure went stale when it stopped)."""
+        owner = self.model.owner_of()
+        progress = self.store.progress()
+        return {
+            task: progress[task]["lag"]
+            if progress.get(task, {}).get("container") == owner.get(task)
+            else -1
+            for task in owner
+        }
 
     # 3. expire, 4. fail over
 
@@ -627,6 +696,13 @@ class Supervisor:
         self._advance_growth()
         self._reap_retired()
         self.launch_pending()
+        if self.autoscaler.mode != "off":
+            try:
+                self._autoscale()
+            except Exception as exc:  # an optional policy must never stop leases and failovers
+                decision = Decision(HOLD, len(self.model.containers), "error", f"failed: {exc!r}")
+                self.decision, self._decided_at = decision, time.time()
+                self._tell_hold(decision, self.clock())
 
     # 5. partitions (SEP-5)
 
@@ -753,7 +829,7 @@ class Supervisor:
 
     # 6. scale
 
-    def scale(self, containers: int) -> str:
+    def scale(self, containers: int, reason: str = "") -> str:
         """Run the job's tasks on ``containers`` containers from now on (KIP-441 moves).
 
         The assignor plans the moves, sticky: a container whose tasks stay the
@@ -767,6 +843,9 @@ class Supervisor:
         ----------
         containers
             The new container count, from 1 to the job's task count.
+        reason
+            Why, when the autoscaler asks: the change's event is then an
+            ``autoscale`` event that starts with it (else a ``scale`` event).
 
         Returns
         -------
@@ -832,13 +911,18 @@ class Supervisor:
                 f"{len(current)} -> {containers} containers: {len(kept)} keep their tasks, "
                 f"{len(moved)} hand over to {len(successors)}, job model {model.version}"
             )
-            self.store.add_event(db, "scale", detail=summary)
+            if reason:
+                self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
+            else:
+                self.store.add_event(db, "scale", detail=summary)
             for record in moved:
                 self.store.update_container(
                     db, record.container_id, state="retired", ended_at=time.time()
                 )
         self._retire([self._records[c.container_id] for c in moved])
         self.model = model
+        # Any change of the count, a person's too, starts the autoscaler's cool-down.
+        self._policy = acted(self._policy, self.clock())
         return summary
 
     def _refuse_if_busy(self) -> None:
@@ -906,6 +990,133 @@ class Supervisor:
             # Fenced already (its lease is over); killing it just frees its resources.
             self.launcher.kill(old.pid, old_id, signal.SIGKILL)
 
+    # 7. autoscale
+
+    def _task_count(self) -> int:
+        return sum(len(c.tasks) for c in self.model.containers)
+
+    def _load_autoscaler(self, given: AutoscalerConfig | None) -> AutoscalerConfig:
+        text = self.store.meta("autoscaler")
+        stored = AutoscalerConfig.from_json(json.loads(text)) if text else None
+        if given is None:
+            return stored or AutoscalerConfig()
+        given.check_against(self._task_count())
+        if given != stored:
+            self._save_autoscaler(given)
+        return given
+
+    def _save_autoscaler(self, config: AutoscalerConfig) -> None:
+        with self.store.transaction() as db:
+            self.store.set_meta(db, "autoscaler", json.dumps(config.to_json(), sort_keys=True))
+            self.store.add_event(
+                db, "autoscale", detail=f"autoscaler {config.describe(self._task_count())}"
+            )
+
+    def configure_autoscaler(self, changes: Mapping[str, Any]) -> str:
+        """Turn the autoscaler on or off, pin it, or change its bounds (``POST /autoscaler``).
+
+        Parameters
+        ----------
+        changes
+            Some of :meth:`AutoscalerConfig.to_json`'s keys: ``{"enabled": b}``,
+            ``{"pinned": N}``, ``{"minContainers": A, "maxContainers": B}``...
+
+        Returns
+        -------
+        str
+            The new settings, in one line.
+
+        Raises
+        ------
+        ArgumentError, ArgumentTypeError
+            An unknown key, a bad value, or bounds that contradict each other
+            or the task count; nothing is changed.
+        """
+        if not changes:
+            raise ArgumentError.invalid(
+                "autoscaler", "at least one setting to change", dict(changes)
+            )
+        config = self.autoscaler.updated(changes, task_count=self._task_count())
+        if config != self.autoscaler:
+            self._save_autoscaler(config)
+            self.autoscaler = config
+            # A new mode or new bounds: wishes start over and the next hold is told.
+            self._policy = PolicyState(
+                last_action_at=self._policy.last_action_at, capacity=self._policy.capacity
+            )
+            self._hold_logged = None
+        return config.describe(self._task_count())
+
+    def observe_load(self) -> Observation:
+        """What the autoscaler sees now: each task's lag, each container's rate.
+
+        Returns
+        -------
+        Observation
+            Containers oldest generation first (a scale-in retires the
+            newest), tasks in (partition, bucket) order.
+        """
+        now = self.clock()
+        owner = self.model.owner_of()
+        lags = self._task_lags()
+        return Observation(
+            now,
+            tuple(
+                ContainerLoad(c.container_id, self._rate(c.container_id, now))
+                for c in sorted(self.model.containers, key=lambda c: c.generation)
+            ),
+            tuple(TaskLoad(t, owner[t], lags[t]) for t in sorted(owner, key=_locality_key)),
+        )
+
+    def _autoscale(self) -> None:
+        observation = self.observe_load()
+        evaluation = evaluate(self.autoscaler, self._policy, observation)
+        self._policy = evaluation.state
+        decision = evaluation.decision
+        if decision.acts:
+            wanted = f"autoscaler {decision.action} to {decision.target}: {decision.reason}"
+            try:
+                self.scale(decision.target, reason=wanted)
+            except ChangeRefusedError as exc:
+                # Not an error loop: a hold that says why, told once (the rule stays "refused").
+                decision = Decision(
+                    HOLD,
+                    len(observation.containers),
+                    "refused",
+                    f"{decision.action} to {decision.target} wanted ({decision.reason}); "
+                    f"refused: {exc}",
+                )
+            else:
+                self._count(f"autoscaler_{decision.action}")
+                self._hold_logged = None
+        self.decision, self._decided_at = decision, time.time()
+        if not decision.acts:
+            self._tell_hold(decision, observation.at)
+
+    def _tell_hold(self, decision: Decision, now: float) -> None:
+        """An event for a hold whose rule changed, at most every HOLD_EVENTS_EVERY_S."""
+        last = self._hold_logged
+        if last is not None and (last[0] == decision.rule or now - last[1] < HOLD_EVENTS_EVERY_S):
+            return
+        self.store.event(
+            "autoscale", detail=f"hold at {decision.target} ({decision.rule}): {decision.reason}"
+        )
+        self._hold_logged = (decision.rule, now)
+
+    def _autoscaler_status(self) -> dict[str, Any]:
+        config, tasks = self.autoscaler, self._task_count()
+        last = None
+        if self.decision is not None:
+            last = {**self.decision.to_json(), "at": self._decided_at}
+        return {
+            "mode": config.mode,
+            "summary": config.describe(tasks),
+            "settings": config.to_json(),
+            "bounds": [config.min_containers, config.max_for(tasks)],
+            "capacityPerContainer": self._policy.capacity,
+            "lastDecision": last,
+        }
+
     # 6. stop
 
     def stop(self, timeout_s: float = 60.0) -> None:
@@ -941,8 +1152,10 @@ class Supervisor:
         -------
         dict
             ``job``, ``jobModelVersion``, ``containers`` (id, state, pid,
-            generation, tasks, heartbeat age, lease left, read amplification),
-            ``tasks`` (owner, committed offsets, lag) and ``events``.
+            generation, tasks, heartbeat age, lease left, read amplification,
+            processing rate), ``tasks`` (owner, committed offsets, lag),
+            ``autoscaler`` (mode, settings, bounds, last decision) and
+            ``events``.
         """
         now = self.clock()
         throughput = self.store.throughput()
@@ -968,20 +1181,19 @@ class Supervisor:
                     "recordsProcessed": processed,
                     "readAmplification": round(read / processed, 3) if processed else None,
                     "lastBatch": counts.get("batch"),
+                    "recordsPerS": None if live is None else self._rate(record.id, now),
                 }
             )
         owner = self.model.owner_of()
         progress = self.store.progress()
+        lags = self._task_lags()
         tasks = [
             {
                 "task": task,
                 "container": owner.get(task),
                 # Where the owner starts from, even if a previous owner committed it.
                 "offsets": progress.get(task, {}).get("offsets", {}),
-                # A previous owner's lag went stale when it stopped: -1 until the owner reports.
-                "lag": progress[task]["lag"]
-                if progress.get(task, {}).get("container") == owner.get(task)
-                else -1,
+                "lag": lags[task],
             }
             for task in sorted(owner, key=_locality_key)
         ]
@@ -1004,6 +1216,7 @@ class Supervisor:
             },
             "containers": containers,
             "tasks": tasks,
+            "autoscaler": self._autoscaler_status(),
             "events": [e.__dict__ for e in self.store.events()],
             "counters": dict(self.counters),
         }
