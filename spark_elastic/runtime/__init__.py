@@ -5,7 +5,7 @@ Owns what turns a job into processes (SAMZA-871's model on Spark): :mod:`.job`
 (the job model and the messages coordinator and containers exchange, as
 frozen dataclasses with their JSON), :mod:`.lease` (the lease arithmetic both
 sides share), the coordinator (job model versions, container registry,
-heartbeats and leases, HTTP API, status page, metrics, embedded store) and
+heartbeats and leases, autoscaler, HTTP API, status page, metrics, embedded store) and
 the container (one SparkSession running one query over the tasks the job
 model gives it, fenced by its lease).
 
