@@ -64,7 +64,12 @@ from spark_elastic.runtime.job import (
 )
 from spark_elastic.state.processor import TaskProcessor, TaskState, with_task_state
 from spark_elastic.state.rescale import RescaleResult, rescale, starting_offsets
-from spark_elastic.state.show import BucketOffset, CheckpointReport, read_checkpoint
+from spark_elastic.state.show import (
+    BucketOffset,
+    CheckpointReport,
+    read_checkpoint,
+    read_keyed_state,
+)
 
 __version__ = "0.1.0"
 
@@ -115,6 +120,7 @@ __all__ = [
     "TaskProcessor",
     "TaskState",
     "read_checkpoint",
+    "read_keyed_state",
     "rescale",
     "starting_offsets",
     "with_task_state",

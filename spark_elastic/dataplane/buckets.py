@@ -30,9 +30,22 @@ from spark_elastic.model.names import validate_elasticity_factor
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["HASH_MODES", "HashMode", "bucket_of_key", "key_bucket", "key_hash", "spark_hash_bytes"]
+__all__ = [
+    "HASH_MODES",
+    "SLOTS",
+    "SLOT_BITS",
+    "HashMode",
+    "bucket_of_key",
+    "key_bucket",
+    "key_hash",
+    "key_slot",
+    "spark_hash_bytes",
+]
 
 HashMode = Literal["spark", "java"]
+SLOT_BITS = 20
+SLOTS = 1 << SLOT_BITS
+"""Key slots per stream partition: the finest buckets, a multiple of every allowed factor."""
 HASH_MODES: tuple[HashMode, ...] = ("spark", "java")
 
 
@@ -91,14 +104,28 @@ def key_bucket(
         ``elasticity_factor`` is not a power of two from 1 to 1024, or ``hash``
         is not a hash mode.
     """
+    return _reduced(validate_elasticity_factor(elasticity_factor), hash, columns)
+
+
+def key_slot(hash: HashMode = "spark", columns: KafkaColumns | None = None) -> Column:
+    """The key slot, ``0 <= slot < SLOTS``, of each record, as an int Column.
+
+    A slot is a key bucket at factor :data:`SLOTS`: the bucket at any allowed
+    factor ``f`` is ``slot % f``, and a state chunk of depth ``d`` holds the
+    keys whose ``slot % 2**d`` is its number (see :mod:`spark_elastic.state.chunks`).
+    Evaluated on executors, like :func:`key_hash`.
+    """
+    return _reduced(SLOTS, hash, columns)
+
+
+def _reduced(modulus: int, hash: HashMode, columns: KafkaColumns | None) -> Column:
     from pyspark.sql import functions as F
 
-    factor = validate_elasticity_factor(elasticity_factor)
     h = key_hash(hash, columns)
     if _validate_mode(hash) == "java":
         # 64-bit abs: Integer.MIN_VALUE maps to 2**31, whose remainder is 0.
-        return F.pmod(F.abs(h.cast("long")), F.lit(factor)).cast("int")
-    return F.pmod(h, F.lit(factor)).cast("int")
+        return F.pmod(F.abs(h.cast("long")), F.lit(modulus)).cast("int")
+    return F.pmod(h, F.lit(modulus)).cast("int")
 
 
 _MASK = 0xFFFFFFFF

@@ -1,12 +1,14 @@
 """Stateful virtual tasks: keyed state, per-bucket checkpoints, show and rescale.
 
 Owns :mod:`.bucket_checkpoints` (the pure math of per-bucket offsets across
-split and merge), :mod:`.checkpoint_dir` (the library's files beside Spark's in
-a checkpoint: ``job.json`` and the owner lock), :mod:`.processor`
+split and merge), :mod:`.chunks` (how keyed state is laid out in the
+StateStore: keys grouped into chunks by key slot), :mod:`.checkpoint_dir`
+(the library's files beside Spark's in a checkpoint: ``job.json`` and the
+owner lock), :mod:`.processor`
 (``with_task_state``, :class:`~.processor.TaskProcessor` and its per-task
 state), :mod:`.query_settings` (the state partitions and state store a
 stateful query gets for itself when it starts, leaving the session alone),
-:mod:`.show` (reading a checkpoint back) and :mod:`.rescale` (offline split
+:mod:`.show` (reading a checkpoint and its keyed state back) and :mod:`.rescale` (offline split
 and merge of a stopped query's checkpoint).
 
 May import: :mod:`spark_elastic.model`, :mod:`spark_elastic.dataplane`,

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from spark_elastic.errors import ArgumentError, CheckpointError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
+from spark_elastic.state.chunks import LAYOUT_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,6 +92,8 @@ class JobSpec:
     task_inputs: tuple[StreamInput, ...] | None = None
     """The inputs the job's tasks were planned for, when its topics have grown since (SEP-5:
     new partition ``p`` joins the task of ``p mod`` the count here); ``None``: :attr:`inputs`."""
+    state_layout: int = field(default=LAYOUT_VERSION, compare=False)
+    """How keyed state is stored: 1, one StateStore entry per key (before 0.2); 2, chunks."""
 
     def same_job(self, other: JobSpec) -> bool:
         """Whether ``other`` describes the same job (factor and owned tasks aside)."""
@@ -190,6 +193,7 @@ class JobSpec:
             "stateSchema": self.state_schema,
             "tasks": None if self.tasks is None else list(self.tasks),
             "startingOffsets": self.starting_offsets,
+            "stateLayout": self.state_layout,
             "taskInputs": None
             if self.task_inputs is None
             else [
@@ -215,6 +219,7 @@ class JobSpec:
                 state_schema=str(document["stateSchema"]),
                 tasks=None if tasks is None else tuple(str(t) for t in tasks),
                 starting_offsets=document.get("startingOffsets"),
+                state_layout=int(document.get("stateLayout", 1)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{source}: not a spark-elastic job file ({exc!r})") from None

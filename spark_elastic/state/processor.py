@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from spark_elastic.dataplane.buckets import HashMode, bucket_of_key, key_bucket
+from spark_elastic.dataplane.buckets import SLOTS, HashMode, bucket_of_key, key_slot
 from spark_elastic.dataplane.columns import KafkaColumns
 from spark_elastic.dataplane.ordered import frames_of
 from spark_elastic.dataplane.transforms import (
@@ -42,7 +42,6 @@ from spark_elastic.dataplane.transforms import (
 )
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError
 from spark_elastic.model.groupers import plan_job
-from spark_elastic.model.names import MAX_ELASTICITY_FACTOR
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.state.checkpoint_dir import (
     JobSpec,
@@ -55,6 +54,19 @@ from spark_elastic.state.checkpoint_dir import (
     seed_dir,
     write_job,
 )
+from spark_elastic.state.chunks import (
+    LAYOUT_VERSION,
+    Entries,
+    Layout,
+    chunk_count,
+    chunk_of,
+    decode,
+    depth_for,
+    encode,
+    min_depth,
+    regroup,
+    should_grow,
+)
 from spark_elastic.state.query_settings import STATE_PARTITIONS_METRIC, install_start_hook
 
 if TYPE_CHECKING:
@@ -63,7 +75,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_STATE",
+    "LAYOUT_STATE",
     "METRICS_NAME",
+    "OLD_USER_STATE",
     "USER_STATE",
     "StateField",
     "TaskProcessor",
@@ -71,8 +85,12 @@ __all__ = [
     "with_task_state",
 ]
 
-USER_STATE = "user_state"
-"""Name of the MapState holding the user's keyed state (key binary -> state_schema)."""
+USER_STATE = "user_state_chunks"
+"""Name of the MapState holding the user's keyed state in chunks (see :mod:`.chunks`)."""
+LAYOUT_STATE = "user_state_layout"
+"""Name of the ValueState holding a task's chunk depth and key count."""
+OLD_USER_STATE = "user_state"
+"""Layout 1's MapState: one entry per key (key binary -> state_schema)."""
 CHECKPOINT_STATE = "bucket_checkpoints"
 """Name of the MapState holding the task's bucket checkpoints."""
 METRICS_NAME = "spark_elastic"
@@ -80,7 +98,9 @@ METRICS_NAME = "spark_elastic"
 
 CHECKPOINT_KEY_SCHEMA = "stream string, partition int, key_bucket int, factor int"
 CHECKPOINT_VALUE_SCHEMA = "next_offset long"
-USER_KEY_SCHEMA = "key binary"
+CHUNK_KEY_SCHEMA = "chunk int"
+CHUNK_VALUE_SCHEMA = "entries int, data binary"
+LAYOUT_SCHEMA = "depth int, keys long"
 # No leading underscores: pandas conversion renames such columns positionally.
 BUCKET_HASH = "spark_elastic_bucket_hash"
 _KIND = "spark_elastic_kind"
@@ -140,17 +160,22 @@ class TaskProcessor(abc.ABC):
 class TaskState:
     """One virtual task's name and keyed state, valid during one :meth:`TaskProcessor.process`.
 
-    Values are tuples in the order of ``state_schema``. Reads are cached and
-    writes buffered; they reach the StateStore when ``process`` returns, and
-    commit with the micro-batch.
+    Values are tuples in the order of ``state_schema``. Writes are buffered;
+    they reach the StateStore when ``process`` returns, and commit with the
+    micro-batch.
 
     State is keyed by the records' own keys (the ``key`` column): a rescale
     sends each state entry to the virtual task that its key hashes to, so a
     state key that is not a record key of this task (say, a field of the
     value) would land on some other task after a split.
-    """
 
-    _ABSENT: ClassVar[object] = object()
+    Notes
+    -----
+    Keys are stored in chunks (:mod:`spark_elastic.state.chunks`): the first
+    access to a chunk in a call is one StateStore round trip, and so is
+    writing it back; a call that touches most of a task's chunks reads them
+    all in a few paged round trips instead.
+    """
 
     def __init__(
         self,
@@ -162,6 +187,7 @@ class TaskState:
         fields: tuple[StateField, ...] | None = None,
         hash: HashMode = "spark",
         known_hashes: Mapping[bytes, int] | None = None,
+        layout: Layout | None = None,
     ) -> None:
         self.name = name
         """The virtual task's name, e.g. ``Partition 0_1_2``."""
@@ -170,10 +196,15 @@ class TaskState:
         self._store = store
         self._fields = fields
         self._hash: HashMode = hash
-        # Key hashes Spark already computed for this batch's records: most puts need no hashing.
-        self._known_hashes = dict(known_hashes or {})
-        self._cache: dict[bytes, Any] = {}
-        self._dirty: set[bytes] = set()
+        # Key slots Spark already computed for this batch's records: most keys need no hashing.
+        self._known_slots = dict(known_hashes or {})
+        # No stored layout: a task that never wrote state (or a stand-in store); chunks are read.
+        self._stored_layout = layout
+        self._layout = layout or Layout(min_depth(elasticity_factor), 0)
+        self._chunks: dict[int, Entries] = {}
+        self._loaded_sizes: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._all_loaded = False
 
     def get(
         self, key: bytes | str, default: tuple[Any, ...] | None = None
@@ -181,8 +212,8 @@ class TaskState:
         """The state of ``key``, or ``default`` if it has none.
 
         Runs on an executor, inside :meth:`TaskProcessor.process`; the first
-        read of a key in a call is one round trip to the StateStore, later
-        ones are cached.
+        read of a key's chunk in a call is one round trip to the StateStore,
+        later reads of its keys are in memory.
 
         Parameters
         ----------
@@ -197,10 +228,8 @@ class TaskState:
             The value, in the order of ``state_schema``.
         """
         k = _state_key(key)
-        if k not in self._cache:
-            self._cache[k] = self._store.getValue((k,))  # None when absent: one round trip
-        value = self._cache[k]
-        return default if value is None else tuple(value)
+        entry = self._chunk(self._slot(k)).get(k)
+        return default if entry is None else entry[1]
 
     def put(self, key: bytes | str, value: Iterable[Any]) -> None:
         """Set the state of ``key``, a record key of this task (see the class notes).
@@ -227,18 +256,15 @@ class TaskState:
         values = tuple(_native(v) for v in value)
         if self._fields is not None:
             _check_value(k, values, self._fields)
-        self._check_owned(k)
-        self._cache[k] = values
-        self._dirty.add(k)
+        slot = self._slot(k)
+        self._check_owned(k, slot)
+        self._chunk(slot)[k] = (slot, values)
+        self._dirty.add(chunk_of(slot, self._layout.depth))
 
-    def _check_owned(self, key: bytes) -> None:
+    def _check_owned(self, key: bytes, slot: int) -> None:
         if self.elasticity_factor == 1:
             return
-        known = self._known_hashes.get(key)
-        if known is not None:
-            bucket = known % self.elasticity_factor
-        else:
-            bucket = bucket_of_key(key, self.elasticity_factor, self._hash)
+        bucket = slot % self.elasticity_factor
         if bucket != self.key_bucket:
             raise ArgumentError(
                 f"task.put({key!r}): the key is in bucket {bucket} of {self.elasticity_factor}, "
@@ -257,18 +283,81 @@ class TaskState:
             A record key (``bytes``, or ``str`` read as its UTF-8 bytes).
         """
         k = _state_key(key)
-        self._cache[k] = None
-        self._dirty.add(k)
+        slot = self._slot(k)
+        if self._chunk(slot).pop(k, None) is not None:
+            self._dirty.add(chunk_of(slot, self._layout.depth))
 
-    def flush(self) -> None:
-        """Write buffered changes to the StateStore (called by the library)."""
-        for k in sorted(self._dirty):
-            value = self._cache[k]
-            if value is None:
-                self._store.removeKey((k,))
-            else:
-                self._store.updateValue((k,), value)
+    def flush(self) -> Layout:
+        """Write changed chunks to the StateStore (called by the library); the new layout.
+
+        Doubles the task's chunks first when they average more than
+        :data:`~spark_elastic.state.chunks.GROW_AT` keys (reading all of them
+        once), so the chunks a batch rewrites stay small as state grows.
+
+        Returns
+        -------
+        Layout
+            The task's chunk depth and key count after the writes.
+        """
+        keys = self._layout.keys + sum(
+            len(self._chunks[c]) - self._loaded_sizes[c] for c in self._dirty
+        )
+        layout = Layout(self._layout.depth, keys)
+        if should_grow(layout, self.elasticity_factor):
+            self._load_all()
+            layout = Layout(depth_for(keys, self.elasticity_factor), keys)
+            old = set(self._chunks)
+            self._chunks = regroup(self._chunks.values(), layout.depth)
+            self._dirty = old | set(self._chunks)
+            for c in self._chunks:
+                self._loaded_sizes.setdefault(c, 0)
+        for c in sorted(self._dirty):
+            entries = self._chunks.get(c, {})
+            if entries:
+                self._store.updateValue((c,), (len(entries), encode(entries)))
+            elif self._loaded_sizes.get(c, 0):
+                self._store.removeKey((c,))
+            self._loaded_sizes[c] = len(entries)
         self._dirty.clear()
+        self._layout = layout
+        return layout
+
+    # -- chunks ---------------------------------------------------------------------------------
+
+    def _slot(self, key: bytes) -> int:
+        known = self._known_slots.get(key)
+        return known if known is not None else bucket_of_key(key, SLOTS, self._hash)
+
+    def _chunk(self, slot: int) -> Entries:
+        c = chunk_of(slot, self._layout.depth)
+        entries = self._chunks.get(c)
+        if entries is None:
+            value = None if self._all_loaded else self._store.getValue((c,))
+            entries = {} if value is None else decode(value[1])
+            self._chunks[c] = entries
+            self._loaded_sizes[c] = len(entries)
+        return entries
+
+    def _load_all(self) -> None:
+        """Read every chunk not read yet: a few paged round trips, whatever the chunk count."""
+        if self._all_loaded:
+            return
+        for (c,), (_, data) in self._store.iterator():
+            if c not in self._chunks:
+                entries = decode(data)
+                self._chunks[c] = entries
+                self._loaded_sizes[c] = len(entries)
+        self._all_loaded = True
+
+    def _prefetch(self, slots: Any) -> None:
+        """Read all chunks at once when this batch's keys touch a quarter of them or more."""
+        depth = self._layout.depth
+        if self._stored_layout is not None and self._stored_layout.keys == 0:
+            self._all_loaded = True  # the layout says no chunk holds a key
+            return
+        touched = np.unique(np.asarray(slots, dtype=np.int64) & ((1 << depth) - 1)).size
+        if 4 * touched >= chunk_count(depth, self.elasticity_factor):
+            self._load_all()
 
 
 def _state_key(key: bytes | str) -> bytes:
@@ -414,7 +503,8 @@ class _ElasticProcessor:
     # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
 
     def init(self, handle: Any) -> None:
-        self.state = handle.getMapState(USER_STATE, USER_KEY_SCHEMA, self.state_schema)
+        self.state = handle.getMapState(USER_STATE, CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA)
+        self.layout = handle.getValueState(LAYOUT_STATE, LAYOUT_SCHEMA)
         self.checkpoints = handle.getMapState(
             CHECKPOINT_STATE, CHECKPOINT_KEY_SCHEMA, CHECKPOINT_VALUE_SCHEMA
         )
@@ -422,17 +512,12 @@ class _ElasticProcessor:
     def handleInitialState(
         self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
     ) -> None:
-        value_columns = [c for c in seed.columns if c.startswith("state_")]
+        # One round trip per chunk (a seed holds whole chunks), not per key.
         for row in seed.itertuples(index=False):
-            if row.kind == "state":
-                # Seed columns are nullable, so pandas may hand integers over as floats.
-                values = tuple(
-                    _as_kind(getattr(row, c), kind)
-                    for c, kind in zip(
-                        value_columns, (f.kind for f in self.state_fields), strict=True
-                    )
-                )
-                self.state.updateValue((bytes(row.key),), values)
+            if row.kind == "chunk":
+                self.state.updateValue((int(row.chunk),), (int(row.entries), bytes(row.data)))
+            elif row.kind == "layout":
+                self.layout.update((int(row.depth), int(row.keys)))
             else:
                 entry = (str(row.stream), int(row.partition), int(row.key_bucket), int(row.factor))
                 self.checkpoints.updateValue(entry, (int(row.next_offset),))
@@ -471,6 +556,8 @@ class _ElasticProcessor:
                 for k, b in zip(fresh[self.key_column], fresh[BUCKET_HASH], strict=True)
                 if k is not None
             }
+            stored = self.layout.get()
+            layout = None if stored is None else Layout(int(stored[0]), int(stored[1]))
             state = TaskState(
                 route.name,
                 route.key_bucket,
@@ -479,11 +566,15 @@ class _ElasticProcessor:
                 fields=self.state_fields,
                 hash=self.hash,
                 known_hashes=known,
+                layout=layout,
             )
+            state._prefetch(fresh[BUCKET_HASH].to_numpy())
             user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
             for out in frames_of(self.user.process(state, user_rows)):
                 yield self._rows(out)
-            state.flush()
+            written = state.flush()
+            if written != layout:
+                self.layout.update((written.depth, written.keys))
         yield self._metrics(len(fresh), int(skip.sum()), bucket_ns, resolve_ns)
 
     def close(self) -> None:
@@ -702,7 +793,7 @@ def with_task_state(
         install_start_hook(METRICS_NAME)
         routed = df.transform(
             with_virtual_tasks(plan=job_plan, hash=hash, system=system, columns=cols, route=False)
-        ).withColumn(BUCKET_HASH, key_bucket(MAX_ELASTICITY_FACTOR, hash, cols))
+        ).withColumn(BUCKET_HASH, key_slot(hash, cols))
         if owned is not None:
             from pyspark.sql import functions as F
 
@@ -746,6 +837,14 @@ def _claim(
         spec = replace(spec, task_inputs=_task_inputs_of(plan, str(checkpoint)))
         write_job(checkpoint, spec)
         return spec, plan
+    if existing.state_layout != LAYOUT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r} stores keyed state one entry per key (state layout "
+            f"{existing.state_layout}, spark-elastic before 0.2); this version stores it in "
+            f"chunks (layout {LAYOUT_VERSION}). Stop its query and convert it: "
+            f"`spark-elastic rescale {checkpoint} --to NEW_CHECKPOINT --elasticity-factor "
+            f"{existing.elasticity_factor}`, then run on NEW_CHECKPOINT"
+        )
     if not existing.same_job_but_counts(spec):
         raise CheckpointError(
             f"checkpoint {str(checkpoint)!r} belongs to job {existing.name!r} "

@@ -29,17 +29,16 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_elastic.dataplane.routing import routing_keys
 from spark_elastic.dataplane.session import active_or_local_session
 from spark_elastic.errors import ArgumentError, CheckpointError
 from spark_elastic.model.names import (
-    MAX_ELASTICITY_FACTOR,
     Lineage,
     TaskName,
     lineage,
@@ -58,8 +57,17 @@ from spark_elastic.state.checkpoint_dir import (
     require_job,
     seed_dir,
 )
+from spark_elastic.state.chunks import (
+    LAYOUT_VERSION,
+    decode,
+    depth_for,
+    encode,
+    min_depth,
+    regroup,
+)
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["RescaleResult", "SourceCheckpoint", "rescale", "starting_offsets", "stopped_source"]
@@ -249,6 +257,7 @@ def rescale(
         for source in checkpoints:
             _check_unchanged(source)
         _check_one_job(checkpoints)
+        _check_one_layout(checkpoints)
         _check_disjoint(checkpoints)
         _check_complete(checkpoints)
 
@@ -257,7 +266,11 @@ def rescale(
         seeded = _seeded_checkpoints(new_plan, entries)
         offsets = _starting_offsets(new_plan, seeded)
         job = replace(
-            checkpoints[0].job, elasticity_factor=factor, tasks=None, starting_offsets=offsets
+            checkpoints[0].job,
+            elasticity_factor=factor,
+            tasks=None,
+            starting_offsets=offsets,
+            state_layout=LAYOUT_VERSION,
         )
         keys = _write_target(session, out, job, new_plan, checkpoints, seeded)
     return RescaleResult(out, factor, new_plan.task_count, keys, len(seeded), offsets)
@@ -305,6 +318,17 @@ def _check_one_job(checkpoints: list[SourceCheckpoint]) -> None:
                 f"{other.job.grouper.value}, hash {other.job.hash}, state "
                 f"{other.job.state_schema!r})"
             )
+
+
+def _check_one_layout(checkpoints: list[SourceCheckpoint]) -> None:
+    layouts = {source.job.state_layout for source in checkpoints}
+    if len(layouts) > 1:
+        raise CheckpointError(
+            "sources store keyed state in different layouts "
+            f"({', '.join(f'{str(c.path)!r}: {c.job.state_layout}' for c in checkpoints)}); "
+            "convert the layout-1 ones first: `spark-elastic rescale OLD --to NEW "
+            "--elasticity-factor F` on each"
+        )
 
 
 def _check_disjoint(checkpoints: list[SourceCheckpoint]) -> None:
@@ -445,6 +469,13 @@ def _starting_offsets(
     return offsets
 
 
+SEED_SCHEMA = (
+    "routing_key int, kind string, chunk int, entries int, data binary, depth int, keys long, "
+    "stream string, partition int, key_bucket int, factor int, next_offset long"
+)
+"""One schema for every seed row: ``chunk``, ``layout`` and ``checkpoint`` rows."""
+
+
 def _write_target(
     spark: SparkSession,
     target: Path,
@@ -454,83 +485,37 @@ def _write_target(
     seeded: list[tuple[int, BucketCheckpoint]],
 ) -> int:
     """Write seed and job file to a temporary sibling, then rename it into place."""
+    from pyspark.sql import functions as F
+
     from spark_elastic.state.checkpoint_dir import write_job
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        seed = _seed_frame(spark, plan, checkpoints, seeded, job.state_schema)
-        seed.write.parquet(str(seed_dir(staging)))
-        # Counted from what was written: evaluating the seed frame again would read every
+        seed = seed_dir(staging)
+        chunks, depths = _seed_chunks(spark, plan, checkpoints, job.state_schema)
+        chunks.write.parquet(str(seed))
+        # Key counts from what was written: evaluating the chunks again would read every
         # source's state a second time.
-        written = spark.read.parquet(str(seed_dir(staging)))
-        keys = int(written.filter("kind = 'state'").count())
-        write_job(staging, job)
-        if target.exists():
-            target.rmdir()
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return keys
-
-
-def _seed_frame(
-    spark: SparkSession,
-    plan: JobPlan,
-    checkpoints: list[SourceCheckpoint],
-    seeded: list[tuple[int, BucketCheckpoint]],
-    state_schema: str,
-) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    from spark_elastic.dataplane.buckets import key_bucket
-    from spark_elastic.dataplane.columns import KafkaColumns
-    from spark_elastic.state.processor import USER_STATE
-
-    keys = routing_keys(plan.task_count).tolist()
-    value_fields = spark.createDataFrame([], state_schema).schema.fields
-    state_columns = [
-        F.col(f"user_map_value.`{f.name}`").alias(f"state_{f.name}") for f in value_fields
-    ]
-    factor = plan.elasticity_factor
-    moved = []
-    for source in checkpoints:
-        stored = read_state(spark, source.path, USER_STATE, source.batch.batch_id)
-        if stored is None:
-            continue
-        old_keys = routing_keys(source.plan.task_count).tolist()
-        base_of_old_key = F.create_map(
-            *[
-                item
-                for t, k in enumerate(old_keys)
-                for item in (F.lit(k), F.lit(t // source.plan.elasticity_factor))
-            ]
-        )
-        rows = stored.select(
-            F.col("key.routing_key").alias("old_routing_key"),
-            F.col("user_map_key.key").alias("key"),
-            F.lit(0).cast("long").alias("offset"),
-            *state_columns,
-        )
-        bucket = key_bucket(MAX_ELASTICITY_FACTOR, source.job.hash, KafkaColumns())  # type: ignore[arg-type]
-        new_id = base_of_old_key[F.col("old_routing_key")] * factor + F.pmod(bucket, F.lit(factor))
-        moved.append(
-            rows.withColumn(
-                "routing_key",
-                F.element_at(F.array(*[F.lit(k) for k in keys]), new_id.cast("int") + 1),
-            ).select(
-                "routing_key",
-                F.lit("state").alias("kind"),
-                "key",
-                *[F.col(f"state_{f.name}") for f in value_fields],
-            )
-        )
-    checkpoint_rows = spark.createDataFrame(
-        [
+        counts = {
+            int(row.routing_key): int(row.keys)
+            for row in spark.read.parquet(str(seed))
+            .groupBy("routing_key")
+            .agg(F.sum("entries").alias("keys"))
+            .collect()
+        }
+        keys = routing_keys(plan.task_count).tolist()
+        task_of = {k: t for t, k in enumerate(keys)}
+        none5: tuple[None, ...] = (None,) * 5
+        rows: list[tuple[Any, ...]] = [
+            (key, "layout", None, None, None, depths[task_of[key]], count, *none5)
+            for key, count in sorted(counts.items())
+        ]
+        rows += [
             (
                 keys[task_id],
                 "checkpoint",
+                *none5,
                 e.stream,
                 e.partition,
                 e.key_bucket,
@@ -538,15 +523,236 @@ def _seed_frame(
                 e.next_offset,
             )
             for task_id, e in seeded
-        ],
-        "routing_key int, kind string, stream string, partition int, key_bucket int, "
-        "factor int, next_offset long",
-    )
-    seed = checkpoint_rows
-    for frame in moved:
-        seed = seed.unionByName(frame, allowMissingColumns=True)
-    if not moved:
-        for f in value_fields:
-            seed = seed.withColumn(f"state_{f.name}", F.lit(None).cast(f.dataType))
-        seed = seed.withColumn("key", F.lit(None).cast("binary"))
-    return seed
+        ]
+        spark.createDataFrame(rows, SEED_SCHEMA).write.mode("append").parquet(str(seed))
+        write_job(staging, job)
+        if target.exists():
+            target.rmdir()
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sum(counts.values())
+
+
+def _seed_chunks(
+    spark: SparkSession,
+    plan: JobPlan,
+    checkpoints: list[SourceCheckpoint],
+    state_schema: str,
+) -> tuple[DataFrame, list[int]]:
+    """Every source's keyed state as chunks of the new tasks, and each new task's depth.
+
+    Layout-2 sources move whole chunks (re-chunked in a Python worker only
+    where a new task's depth is deeper than the chunk's); layout-1 sources
+    (one entry per key) are chunked here, which is how old checkpoints convert.
+    """
+    from spark_elastic.state.processor import LAYOUT_STATE, USER_STATE
+
+    if checkpoints[0].job.state_layout == 1:
+        return _chunked_keys(spark, checkpoints, plan, state_schema)
+    factor = plan.elasticity_factor
+    new_keys = routing_keys(plan.task_count).tolist()
+    sources = []
+    for source in checkpoints:
+        layouts = read_state(spark, source.path, LAYOUT_STATE, source.batch.batch_id)
+        depth_of = (
+            {}
+            if layouts is None
+            else {
+                int(r.routing_key): int(r.depth)
+                for r in layouts.select("key.routing_key", "value.depth").collect()
+            }
+        )
+        sources.append((source, _old_tasks(source), depth_of))
+    depths = _new_depths(plan, sources)
+    seed = spark.createDataFrame([], CHUNK_ROWS)
+    for source, (bases, _), depth_of in sources:
+        stored = read_state(spark, source.path, USER_STATE, source.batch.batch_id)
+        if stored is None:
+            continue
+        move = _ChunkMover(bases, depth_of, depths, factor, new_keys)
+        seed = seed.unionByName(
+            stored.select(
+                "key.routing_key",
+                "user_map_key.chunk",
+                "user_map_value.entries",
+                "user_map_value.data",
+            ).mapInPandas(move, CHUNK_ROWS)
+        )
+    return _as_seed_rows(seed), depths
+
+
+CHUNK_ROWS = "routing_key int, chunk int, entries int, data binary"
+
+
+def _old_tasks(source: SourceCheckpoint) -> tuple[dict[int, int], dict[int, int]]:
+    """Per routing key of the source's tasks: its base task and its key bucket."""
+    factor = source.plan.elasticity_factor
+    keys = routing_keys(source.plan.task_count).tolist()
+    return {k: t // factor for t, k in enumerate(keys)}, {k: t % factor for t, k in enumerate(keys)}
+
+
+def _as_seed_rows(chunks: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    columns = {
+        "kind": F.lit("chunk"),
+        "depth": F.lit(None).cast("int"),
+        "keys": F.lit(None).cast("long"),
+        "stream": F.lit(None).cast("string"),
+        "partition": F.lit(None).cast("int"),
+        "key_bucket": F.lit(None).cast("int"),
+        "factor": F.lit(None).cast("int"),
+        "next_offset": F.lit(None).cast("long"),
+    }
+    names = [c.split()[0] for c in SEED_SCHEMA.split(", ")]
+    return chunks.withColumns(columns).select(*names)
+
+
+def _new_depths(
+    plan: JobPlan,
+    sources: list[tuple[SourceCheckpoint, tuple[dict[int, int], dict[int, int]], dict[int, int]]],
+) -> list[int]:
+    """Per new task: the deepest chunks among the old tasks sharing its keys, at least log2(f).
+
+    Depth tracks a partition's key density, so a split or a merge keeps it and
+    chunks move whole; only a merge of tasks that grew to different depths
+    re-chunks the shallower side.
+    """
+    factor = plan.elasticity_factor
+    depths = [min_depth(factor)] * plan.task_count
+    for source, (bases, buckets), depth_of in sources:
+        old_factor = source.plan.elasticity_factor
+        common = min(factor, old_factor)
+        for key, depth in depth_of.items():
+            base, bucket = bases[key], buckets[key]
+            for new_bucket in range(bucket % common, factor, common):
+                task = base * factor + new_bucket
+                depths[task] = max(depths[task], depth)
+    return depths
+
+
+class _ChunkMover:
+    """``mapInPandas`` function: old tasks' chunks as chunks of the new tasks.
+
+    Runs on executors, once per Arrow batch of stored chunks; pickled with
+    its small tables (per old task: base and depth; per new task: depth).
+    """
+
+    def __init__(
+        self,
+        bases: dict[int, int],
+        depth_of: dict[int, int],
+        depths: list[int],
+        factor: int,
+        new_keys: list[int],
+    ) -> None:
+        self.bases, self.depth_of, self.depths = bases, depth_of, depths
+        self.factor, self.new_keys = factor, new_keys
+
+    def __call__(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        for frame in frames:
+            out: dict[str, list[Any]] = {"routing_key": [], "chunk": [], "entries": [], "data": []}
+            for key, chunk, entries, data in zip(
+                frame["routing_key"], frame["chunk"], frame["entries"], frame["data"], strict=True
+            ):
+                for task, new_chunk, count, blob in self.moved(int(key), int(chunk), entries, data):
+                    out["routing_key"].append(self.new_keys[task])
+                    out["chunk"].append(new_chunk)
+                    out["entries"].append(count)
+                    out["data"].append(blob)
+            yield pd.DataFrame(out)
+
+    def moved(
+        self, key: int, chunk: int, entries: int, data: bytes
+    ) -> Iterator[tuple[int, int, int, bytes]]:
+        base, depth = self.bases[key], self.depth_of.get(key, 0)
+        if depth >= min_depth(self.factor):
+            task = base * self.factor + chunk % self.factor
+            if self.depths[task] == depth:
+                yield task, chunk, int(entries), bytes(data)  # whole: never decoded
+                return
+        by_task: dict[int, dict[bytes, Any]] = {}
+        for k, entry in decode(bytes(data)).items():
+            by_task.setdefault(base * self.factor + entry[0] % self.factor, {})[k] = entry
+        for task, part in sorted(by_task.items()):
+            for new_chunk, piece in sorted(regroup([part], self.depths[task]).items()):
+                yield task, new_chunk, len(piece), encode(piece)
+
+
+def _chunked_keys(
+    spark: SparkSession, checkpoints: list[SourceCheckpoint], plan: JobPlan, state_schema: str
+) -> tuple[DataFrame, list[int]]:
+    """Layout-1 sources' per-key state as chunks of the new tasks (how old checkpoints convert).
+
+    The new tasks' depths follow their key counts (one aggregation first);
+    keys are then grouped per (task, chunk) and encoded in a Python worker.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_elastic.dataplane.buckets import key_slot
+    from spark_elastic.dataplane.columns import KafkaColumns
+    from spark_elastic.state.processor import OLD_USER_STATE, _as_kind, _kind_of
+
+    factor = plan.elasticity_factor
+    new_keys = routing_keys(plan.task_count).tolist()
+    fields = spark.createDataFrame([], state_schema).schema.fields
+    state_columns = [f"state_{i}" for i in range(len(fields))]
+    rows = None
+    for source in checkpoints:
+        stored = read_state(spark, source.path, OLD_USER_STATE, source.batch.batch_id)
+        if stored is None:
+            continue
+        bases, _ = _old_tasks(source)
+        base_of = F.create_map(*[x for k, b in bases.items() for x in (F.lit(k), F.lit(b))])
+        slot = key_slot(source.job.hash, KafkaColumns())  # type: ignore[arg-type]
+        keyed = stored.select(
+            F.col("key.routing_key").alias("old_routing_key"),
+            F.col("user_map_key.key").alias("key"),
+            F.lit(0).cast("long").alias("offset"),
+            *[
+                F.col(f"user_map_value.`{f.name}`").alias(c)
+                for f, c in zip(fields, state_columns, strict=True)
+            ],
+        ).withColumn("slot", slot)
+        keyed = keyed.withColumn(
+            "task", base_of[F.col("old_routing_key")] * factor + F.pmod("slot", F.lit(factor))
+        )
+        rows = keyed if rows is None else rows.unionByName(keyed)
+    if rows is None:
+        return _as_seed_rows(spark.createDataFrame([], CHUNK_ROWS)), [min_depth(factor)] * len(
+            new_keys
+        )
+    rows = rows.localCheckpoint()
+    counts = {int(r.task): int(r["count"]) for r in rows.groupBy("task").count().collect()}
+    depths = [depth_for(counts.get(t, 0), factor) for t in range(len(new_keys))]
+    mask = F.element_at(F.array(*[F.lit((1 << d) - 1) for d in depths]), F.col("task") + 1)
+    rows = rows.withColumn("chunk", F.col("slot").bitwiseAND(mask))
+    kinds = [_kind_of(f.dataType) for f in fields]
+
+    def encode_group(group: pd.DataFrame) -> pd.DataFrame:
+        """Runs on an executor, once per (new task, chunk); pickled with the tables above."""
+        import pandas as pd
+
+        entries = {
+            bytes(row[0]): (
+                int(row[1]),
+                tuple(_as_kind(v, kind) for v, kind in zip(row[2:], kinds, strict=True)),
+            )
+            for row in group[["key", "slot", *state_columns]].itertuples(index=False, name=None)
+        }
+        first = group.iloc[0]
+        return pd.DataFrame(
+            {
+                "routing_key": [new_keys[int(first["task"])]],
+                "chunk": [int(first["chunk"])],
+                "entries": [len(entries)],
+                "data": [encode(entries)],
+            }
+        )
+
+    chunks = rows.groupBy("task", "chunk").applyInPandas(encode_group, CHUNK_ROWS)
+    return _as_seed_rows(chunks), depths

@@ -1,4 +1,4 @@
-"""Read a stateful query's per-bucket checkpoints: `spark-elastic checkpoint show`.
+"""Read a stateful checkpoint: bucket checkpoints (`spark-elastic checkpoint show`) and keyed state.
 
 Runs on the driver; reads the checkpoint with Spark's state data source
 reader (the last committed batch), so it works on stopped and running queries.
@@ -16,14 +16,19 @@ from spark_elastic.state.checkpoint_dir import (
     JobSpec,
     checkpoint_path,
     last_batch,
+    never_committed,
     read_state,
     require_job,
+    seed_dir,
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from collections.abc import Iterator
 
-__all__ = ["BucketOffset", "CheckpointReport", "read_checkpoint"]
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["BucketOffset", "CheckpointReport", "read_checkpoint", "read_keyed_state"]
 
 
 @dataclass(frozen=True, order=True)
@@ -192,6 +197,113 @@ def read_checkpoint(
         {} if batch is None else batch.offsets,
         tuple(buckets),
     )
+
+
+def read_keyed_state(
+    path: str | os.PathLike[str],
+    spark: SparkSession | None = None,
+    batch_id: int | None = None,
+) -> DataFrame:
+    """A stateful checkpoint's keyed state, one row per key: what ``TaskState.get`` would return.
+
+    Runs on the driver (plans a batch read with Spark's state data source);
+    the chunks are decoded on executors, in Python workers. Works on running
+    queries (as of their last commit) and on both state layouts.
+
+    Parameters
+    ----------
+    path
+        A checkpoint written by a :func:`with_task_state` query or by :func:`rescale`.
+    spark
+        The session to read with (default: the active one, or a local one).
+    batch_id
+        Read as of this committed batch (default: the last committed one; for
+        a checkpoint :func:`rescale` made whose query has not committed a
+        batch yet, the state its first batch will load).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        ``virtual_task string, key binary``, then the ``state_schema`` fields.
+        Empty when the checkpoint holds no state yet.
+
+    Raises
+    ------
+    CheckpointError
+        Not a spark-elastic stateful checkpoint, or unreadable.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_elastic.dataplane.session import active_or_local_session
+    from spark_elastic.state.processor import OLD_USER_STATE, USER_STATE
+
+    session = spark or active_or_local_session()
+    checkpoint = checkpoint_path(path)
+    job = require_job(checkpoint)
+    plan = job.plan()
+    fields = session.createDataFrame([], job.state_schema).schema.fields
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+    schema = f"virtual_task string, key binary, {columns}"
+    names = dict(zip(routing_keys(plan.task_count).tolist(), plan.task_names(), strict=True))
+    task_name = F.create_map(*[x for k, n in names.items() for x in (F.lit(k), F.lit(n))])
+    if job.state_layout == 1:
+        stored = read_state(session, checkpoint, OLD_USER_STATE, batch_id)
+        if stored is None:
+            return session.createDataFrame([], schema)
+        return stored.select(
+            task_name[F.col("key.routing_key")].alias("virtual_task"),
+            F.col("user_map_key.key").alias("key"),
+            *[F.col(f"user_map_value.`{f.name}`") for f in fields],
+        )
+    seed = seed_dir(checkpoint)
+    if never_committed(checkpoint) and seed.is_dir():
+        # Made by rescale, not started: the state is the seed its first batch loads.
+        chunks = (
+            session.read.parquet(str(seed))
+            .where("kind = 'chunk'")
+            .select(task_name[F.col("routing_key")].alias("virtual_task"), "data")
+        )
+    else:
+        stored = read_state(session, checkpoint, USER_STATE, batch_id)
+        if stored is None:
+            return session.createDataFrame([], schema)
+        chunks = stored.select(
+            task_name[F.col("key.routing_key")].alias("virtual_task"),
+            F.col("user_map_value.data").alias("data"),
+        )
+    return chunks.mapInPandas(_DecodeChunks(tuple(f.name for f in fields)), schema)
+
+
+class _DecodeChunks:
+    """``mapInPandas`` function: chunks to one row per key.
+
+    Runs on executors, once per Arrow batch of chunks; pickled with the field names.
+    """
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields
+
+    def __call__(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        from spark_elastic.state.chunks import decode
+
+        for frame in frames:
+            tasks, keys = [], []
+            values: list[list[object]] = [[] for _ in self.fields]
+            for task, data in zip(frame["virtual_task"], frame["data"], strict=True):
+                for key, (_, value) in decode(bytes(data)).items():
+                    tasks.append(task)
+                    keys.append(key)
+                    for column, v in zip(values, value, strict=True):
+                        column.append(v)
+            out = {"virtual_task": tasks, "key": keys}
+            # object columns: an int field with nulls must not turn into floats
+            out.update(
+                (name, pd.Series(column, dtype=object))
+                for name, column in zip(self.fields, values, strict=True)
+            )
+            yield pd.DataFrame(out)
 
 
 def format_report(report: CheckpointReport) -> str:

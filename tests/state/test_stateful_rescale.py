@@ -28,13 +28,13 @@ from spark_elastic import (
     TaskProcessor,
     TaskState,
     read_checkpoint,
+    read_keyed_state,
     register_log_source,
     rescale,
     starting_offsets,
     with_task_state,
 )
 from spark_elastic.errors import ArgumentError, CheckpointError
-from spark_elastic.state.processor import USER_STATE
 from spark_elastic.state.rescale import _check_unchanged, stopped_source
 
 # Slow (left out by `pytest -m "not slow"`): streaming queries, processes holding checkpoints.
@@ -164,15 +164,10 @@ class Job:
 
 
 def final_state(spark: SparkSession, checkpoint: Path) -> DataFrame:
-    return (
-        spark.read.format("statestore")
-        .option("stateVarName", USER_STATE)
-        .load(str(checkpoint))
-        .selectExpr(
-            "cast(user_map_key.key as string) as key",
-            "user_map_value.count as count",
-            "user_map_value.last_offset as last_offset",
-        )
+    return read_keyed_state(checkpoint, spark).selectExpr(
+        "cast(key as string) as key",
+        "count",
+        "last_offset",
     )
 
 

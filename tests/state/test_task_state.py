@@ -9,32 +9,51 @@ Python key bucket against the one Spark computes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from spark_elastic.dataplane.buckets import bucket_of_key
 from spark_elastic.errors import ArgumentError, ArgumentTypeError
+from spark_elastic.state.chunks import GROW_AT, Layout, decode
 from spark_elastic.state.processor import StateField, TaskState
 
 
 class FakeStore:
-    """The part of Spark's MapState that TaskState uses, recording writes."""
+    """The part of MapState that TaskState uses (chunk -> entries, data), recording calls."""
 
     def __init__(self) -> None:
-        self.values: dict[tuple[bytes], tuple[Any, ...]] = {}
+        self.values: dict[tuple[int], tuple[int, bytes]] = {}
         self.writes = 0
+        self.reads = 0
 
-    def getValue(self, key: tuple[bytes]) -> tuple[Any, ...] | None:
+    def getValue(self, key: tuple[int]) -> tuple[int, bytes] | None:
+        self.reads += 1
         return self.values.get(key)
 
-    def updateValue(self, key: tuple[bytes], value: tuple[Any, ...]) -> None:
+    def updateValue(self, key: tuple[int], value: tuple[int, bytes]) -> None:
         self.writes += 1
         self.values[key] = value
 
-    def removeKey(self, key: tuple[bytes]) -> None:
+    def removeKey(self, key: tuple[int]) -> None:
         self.writes += 1
         self.values.pop(key, None)
+
+    def iterator(self) -> Iterator[tuple[tuple[int], tuple[int, bytes]]]:
+        self.reads += 1  # one paged call, however many chunks
+        return iter(list(self.values.items()))
+
+    def keyed(self) -> dict[bytes, tuple[Any, ...]]:
+        """Every stored key's value, decoded from its chunk."""
+        out = {}
+        for (_chunk,), (entries, data) in self.values.items():
+            decoded = decode(data)
+            assert len(decoded) == entries
+            for key, (slot, value) in decoded.items():
+                assert slot & ((1 << 20) - 1) == slot
+                out[key] = value
+        return out
 
 
 FIELDS = (StateField("total", "bigint", "int"), StateField("label", "string", "str"))
@@ -101,7 +120,7 @@ def test_put_accepts_matching_values_and_nulls() -> None:
     key = key_in_bucket(1, 4)
     state.put(key, (np.int64(3), None))
     state.flush()
-    assert store.values == {(key,): (3, None)}
+    assert store.keyed() == {key: (3, None)}
 
 
 @pytest.mark.parametrize("hash", ["spark", "java"])
@@ -145,3 +164,86 @@ def test_python_key_bucket_matches_spark(spark: Any) -> None:
         got = df.select("key", key_bucket(1024, hash).alias("b")).collect()  # type: ignore[arg-type]
         for row in got:
             assert bucket_of_key(bytes(row.key), 1024, hash) == row.b, (hash, row.key)  # type: ignore[arg-type]
+
+
+# -- the chunk layout: round trips per chunk, not per key ---------------------------------------
+
+
+def keys_in_bucket(bucket: int, factor: int, count: int) -> list[bytes]:
+    found = []
+    i = 0
+    while len(found) < count:
+        key = f"k-{i}".encode()
+        if bucket_of_key(key, factor) == bucket:
+            found.append(key)
+        i += 1
+    return found
+
+
+def reopened(store: FakeStore, layout: Layout, bucket: int = 1, factor: int = 4) -> TaskState:
+    """The same task in the next micro-batch: a new TaskState over the same store."""
+    return TaskState(
+        f"Partition 0_{bucket}_{factor}", bucket, factor, store, fields=FIELDS, layout=layout
+    )
+
+
+def test_a_small_task_writes_all_its_keys_in_one_round_trip() -> None:
+    state, store = task_state()
+    keys = keys_in_bucket(1, 4, 50)
+    for i, key in enumerate(keys):
+        state.put(key, (i, "x"))
+    layout = state.flush()
+    assert store.writes == 1
+    assert layout == Layout(depth=2, keys=50)  # depth log2(4): one chunk per task
+    again = reopened(store, layout)
+    reads = store.reads
+    assert [again.get(k) for k in keys] == [(i, "x") for i in range(50)]
+    assert store.reads == reads + 1
+
+
+def test_chunks_double_as_keys_grow_and_every_key_survives() -> None:
+    state, store = task_state()
+    keys = keys_in_bucket(1, 4, 3 * GROW_AT)
+    for i, key in enumerate(keys):
+        state.put(key, (i, None))
+    layout = state.flush()
+    assert layout.keys == len(keys)
+    assert layout.depth > 2
+    chunks = len(store.values)
+    assert 1 < chunks <= (1 << layout.depth) // 4
+    assert max(entries for entries, _ in store.values.values()) < len(keys)
+    assert store.keyed() == {k: (i, None) for i, k in enumerate(keys)}
+    # The next batch reads one chunk per key it touches, never all chunks for one key.
+    again = reopened(store, layout)
+    reads = store.reads
+    assert again.get(keys[7]) == (7, None)
+    assert store.reads == reads + 1
+
+
+def test_a_batch_touching_most_chunks_reads_them_in_one_paged_call() -> None:
+    state, store = task_state()
+    keys = keys_in_bucket(1, 4, 3 * GROW_AT)
+    for key in keys:
+        state.put(key, (1, None))
+    layout = state.flush()
+    again = reopened(store, layout)
+    from spark_elastic.dataplane.buckets import SLOTS
+
+    again._prefetch([bucket_of_key(k, SLOTS) for k in keys])
+    reads = store.reads
+    assert all(again.get(k) == (1, None) for k in keys)
+    assert store.reads == reads
+
+
+def test_deleting_every_key_of_a_chunk_removes_the_chunk() -> None:
+    state, store = task_state()
+    keys = keys_in_bucket(1, 4, 3)
+    for key in keys:
+        state.put(key, (1, None))
+    layout = state.flush()
+    again = reopened(store, layout)
+    for key in keys:
+        again.delete(key)
+    again.delete(keys[0])  # twice: still one key fewer, not two
+    assert again.flush() == Layout(layout.depth, 0)
+    assert store.values == {}
