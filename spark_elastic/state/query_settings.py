@@ -161,11 +161,79 @@ def _with_query_settings(original: Callable[..., Any], observation: str) -> Call
             settings = query_settings(self._df, observation)
             if not settings:
                 return original(self, *args, **kwargs)
+            if original.__name__ == "start":
+                _check_file_sink(self._jwrite, args, kwargs)
             with session_settings(self._spark, settings):
                 return original(self, *args, **kwargs)
 
     start.spark_elastic_hook = True  # type: ignore[attr-defined]
     return start
+
+
+_FILE_SINKS = frozenset({"parquet", "json", "csv", "orc", "text", "avro", "xml"})
+
+
+def _check_file_sink(jwrite: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Refuse a stateful query whose new checkpoint would write into a file sink's old output.
+
+    Runs on the driver, once per start of a spark-elastic stateful query.
+    Spark's file sink skips every micro-batch whose id its ``_spark_metadata``
+    log already holds. A checkpoint that has never planned a batch (a new
+    one, or one ``rescale`` made) starts at batch 0, so pointed at the output
+    of an earlier checkpoint its first batches would be dropped without a
+    word. A restart of the same query is untouched: its offset log holds the
+    batch it is re-running, and skipping what the sink committed is right.
+    """
+    from spark_elastic.errors import CheckpointError
+    from spark_elastic.state.checkpoint_dir import checkpoint_path, last_batch
+
+    source = kwargs.get("format") or (args[1] if len(args) > 1 else None)
+    path = kwargs.get("path") or (args[0] if args else None)
+    options = _writer_options(jwrite)
+    source = str(source or options.get("__source__") or "").lower()
+    path = path or options.get("path")
+    location = kwargs.get("checkpointLocation") or options.get("checkpointlocation")
+    if source not in _FILE_SINKS or not path or not location:
+        return
+    try:
+        output, checkpoint = checkpoint_path(path, "path"), checkpoint_path(location)
+    except ArgumentError:
+        return  # not a local path: Spark reports its own errors
+    if last_batch(checkpoint) is not None:
+        return
+    logged = sorted(int(f.name) for f in (output / "_spark_metadata").glob("*") if f.name.isdigit())
+    if logged:
+        raise CheckpointError(
+            f"output path {str(output)!r} already holds micro-batches 0-{logged[-1]} of another "
+            f"checkpoint's file sink; checkpoint {str(checkpoint)!r} has not run a batch (a new "
+            "or rescaled one), so its batches start at 0 and Spark's file sink would skip them "
+            "without a word: write to a new path (for example a sibling named after the new "
+            "checkpoint)"
+        )
+
+
+def _writer_options(jwrite: Any) -> dict[str, str]:
+    """The format (as ``__source__``) and options set on a JVM DataStreamWriter so far."""
+    from py4j.protocol import Py4JError
+
+    try:
+        fields = {f.getName(): f for f in jwrite.getClass().getDeclaredFields()}
+        out: dict[str, str] = {}
+        for name in ("source", "extraOptions"):
+            field = fields[name]
+            field.setAccessible(True)
+            value = field.get(jwrite)
+            if name == "source":
+                out["__source__"] = str(value)
+            else:
+                it = value.iterator()
+                while it.hasNext():
+                    pair = it.next()
+                    out[str(pair._1()).lower()] = str(pair._2())
+        return out
+    except (Py4JError, KeyError):
+        # Another writer class or pyspark: the check is skipped, the query starts as before.
+        return {}
 
 
 def install_start_hook(observation: str) -> None:

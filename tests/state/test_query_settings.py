@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 from test_stateful_rescale import RunningCount, final_state
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, register_log_source, with_task_state
+from spark_elastic.errors import CheckpointError
 from spark_elastic.state.checkpoint_dir import last_batch
 
 pytestmark = pytest.mark.slow
@@ -172,3 +173,28 @@ def test_a_query_started_around_the_hook_fails_its_first_batch_saying_so(
     query = unwrapped(writer)
     with pytest.raises(StreamingQueryException, match="instead of one state partition per"):
         query.awaitTermination()
+
+
+def test_a_new_checkpoint_writing_into_an_earlier_file_sink_output_is_refused(
+    spark: SparkSession, log: EmbeddedLog, tmp_path: Path
+) -> None:
+    # Spark's file sink skips batch ids its _spark_metadata holds: a new (or rescaled)
+    # checkpoint starting at batch 0 on the same output would lose its output silently.
+    produce(log, random.Random(11), 30)
+    output = tmp_path / "out"
+    first = start(stateful(spark, log, "sink", tmp_path / "cp1", 1), tmp_path / "cp1", output)
+    first.processAllAvailable()
+    first.stop()
+    with pytest.raises(CheckpointError) as info:
+        start(stateful(spark, log, "sink", tmp_path / "cp2", 1), tmp_path / "cp2", output)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(output) in message
+    assert "skip" in message
+    assert last_batch(tmp_path / "cp2") is None
+    assert not spark.streams.active
+    # The same query restarting on its own output is what the file sink's log is for.
+    again = start(stateful(spark, log, "sink", tmp_path / "cp1", 1), tmp_path / "cp1", output)
+    again.processAllAvailable()
+    again.stop()
+    assert again.exception() is None
