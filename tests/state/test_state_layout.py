@@ -116,17 +116,6 @@ def expected_after(spark: SparkSession, log: Path, records: int) -> object:
     return rows.selectExpr("key", "`count(i)` as count", "`max(offset)` as last_offset")
 
 
-def test_the_old_layout_is_read_as_it_was_written(spark: SparkSession, old: Path) -> None:
-    assert read_job(old / "cp").state_layout == 1  # type: ignore[union-attr]
-    assert_df_equality(
-        state_of(spark, old / "cp"),
-        expected_after(spark, old / "log", 40),
-        ignore_row_order=True,
-        ignore_nullable=True,
-        ignore_metadata=True,
-    )
-
-
 def test_a_query_on_an_old_checkpoint_is_refused_with_the_command_that_converts_it(
     spark: SparkSession, old: Path
 ) -> None:
@@ -145,6 +134,16 @@ def test_a_query_on_an_old_checkpoint_is_refused_with_the_command_that_converts_
 def test_rescale_converts_an_old_checkpoint_and_its_query_goes_on_exactly(
     spark: SparkSession, old: Path, tmp_path: Path, factor: int
 ) -> None:
+    assert read_job(old / "cp").state_layout == 1  # type: ignore[union-attr]
+    # read_keyed_state reads the old layout as it was written...
+    assert_df_equality(
+        state_of(spark, old / "cp"),
+        expected_after(spark, old / "log", 40),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
+    # ...and the conversion keeps every key's state, then its query goes on exactly.
     new = tmp_path / "new"
     result = rescale(old / "cp", new, factor, spark)
     assert result.keys == 12
