@@ -20,6 +20,11 @@ temporary values; a batch job running in another thread of the same session
 could see them for the duration of ``start()`` (the planning of the first
 batch does not happen there).
 
+The same wrapper refuses one start that would lose output silently: a new
+or rescaled checkpoint (its batches start at 0) writing into an earlier
+query's file-sink output, whose ``_spark_metadata`` log makes Spark skip those
+batch ids (see :func:`_check_file_sink`).
+
 Nothing for users to remember: every way pyspark offers to start a query
 goes through ``start`` or ``toTable``. A query started some other way (from
 the JVM, or Spark Connect) is caught by the processor itself: its first
