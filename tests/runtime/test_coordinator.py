@@ -438,13 +438,15 @@ def test_a_client_polling_the_status_in_a_loop_is_refused_not_served_before_hear
     coordinator: Coordinator,
 ) -> None:
     wait_until("a registered container", lambda: "clicks-c1" in coordinator.running())
-    answers: list[int] = []
+    answers: list[tuple[int, Any]] = []
     # 300 calls would need 5 s to stay within 50 a second; on loopback they take far less.
-    while len(answers) < 300 and 429 not in answers:
-        answers.append(call(f"{coordinator.url}/status.json")[0])
-    assert answers[-1] == 429
-    assert set(answers) == {200, 429}
-    assert "status views over 50 a second" in call(f"{coordinator.url}/status.json")[1]["error"]
+    while len(answers) < 300 and (not answers or answers[-1][0] != 429):
+        answers.append(call(f"{coordinator.url}/status.json"))
+    assert {status for status, _ in answers} == {200, 429}
+    # The refused answer itself says why (a later call may find the budget refilled: 20 ms).
+    refused = answers[-1]
+    assert refused[0] == 429
+    assert "status views over 50 a second" in refused[1]["error"]
     status, reply = call(f"{coordinator.url}/containerHeartbeat?executionContainerId=clicks-c1")
     assert (status, reply["alive"]) == (200, True)
 
