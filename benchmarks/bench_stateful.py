@@ -127,13 +127,48 @@ def events(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) ->
     )
 
 
-def run(query_of: Callable[[], Any]) -> float:
+def start_noop(df: Any, checkpoint: Path, output_mode: str = "append") -> Any:
+    """Start ``df`` into the noop sink, to the end of the log (``availableNow``)."""
+    return (
+        df.writeStream.format("noop")
+        .outputMode(output_mode)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def run(df: Any, checkpoint: Path, output_mode: str = "append") -> float:
+    """Seconds from start to the end of an ``availableNow`` run of ``df``."""
     started = time.perf_counter()
-    query = query_of()
+    query = start_noop(df, checkpoint, output_mode)
     query.awaitTermination()
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
     return time.perf_counter() - started
+
+
+def counted(
+    spark: Any,
+    log_dir: Path,
+    checkpoint: Path,
+    factor: int,
+    max_per_trigger: int,
+    bucket_checkpoints: bool = True,
+) -> Any:
+    """The running count of ours on the embedded log, as a streaming DataFrame."""
+    from spark_elastic import with_task_state
+
+    return events(spark, log_dir, checkpoint, max_per_trigger).transform(
+        with_task_state(
+            counter_processor(),
+            job="bench",
+            checkpoint_location=checkpoint,
+            elasticity_factor=factor,
+            partitions={TOPIC: PARTITIONS},
+            bucket_checkpoints=bucket_checkpoints,
+        )
+    )
 
 
 def ours(
@@ -144,39 +179,13 @@ def ours(
     max_per_trigger: int,
     bucket_checkpoints: bool = True,
 ) -> float:
-    from spark_elastic import with_task_state
-
-    out = events(spark, log_dir, checkpoint, max_per_trigger).transform(
-        with_task_state(
-            counter_processor(),
-            job="bench",
-            checkpoint_location=checkpoint,
-            elasticity_factor=factor,
-            partitions={TOPIC: PARTITIONS},
-            bucket_checkpoints=bucket_checkpoints,
-        )
-    )
-    return run(
-        lambda: (
-            out.writeStream.format("noop")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-    )
+    out = counted(spark, log_dir, checkpoint, factor, max_per_trigger, bucket_checkpoints)
+    return run(out, checkpoint)
 
 
 def native(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -> float:
     counts = events(spark, log_dir, checkpoint, max_per_trigger).groupBy("key").count()
-    return run(
-        lambda: (
-            counts.writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-    )
+    return run(counts, checkpoint, "update")
 
 
 def per_key(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -> float:
@@ -186,14 +195,7 @@ def per_key(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -
         .groupBy("key")
         .transformWithStateInPandas(per_key_processor(), "key binary, count long", "Append", "None")
     )
-    return run(
-        lambda: (
-            counts.writeStream.format("noop")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-    )
+    return run(counts, checkpoint)
 
 
 def produce(log_dir: Path, records: int, keys: int, seed: int | None = None) -> None:

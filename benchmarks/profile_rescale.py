@@ -23,7 +23,7 @@ import bench_stateful as bench
 
 
 def main(keys: int) -> None:
-    from spark_elastic import rescale, with_task_state
+    from spark_elastic import rescale
 
     work = Path(tempfile.mkdtemp(prefix="profile-rescale-"))
     try:
@@ -35,23 +35,9 @@ def main(keys: int) -> None:
         started = time.perf_counter()
         rescale(work / "f2", work / "f4", 4, spark)
         print(f"rescale (offline): {time.perf_counter() - started:.1f} s")
-        events = bench.events(spark, log, work / "f4", bench.BATCH)
-        counted = events.transform(
-            with_task_state(
-                bench.counter_processor(),
-                job="bench",
-                checkpoint_location=work / "f4",
-                elasticity_factor=4,
-                partitions={bench.TOPIC: bench.PARTITIONS},
-            )
-        )
+        out = bench.counted(spark, log, work / "f4", 4, bench.BATCH)
         started = time.perf_counter()
-        query = (
-            counted.writeStream.format("noop")
-            .option("checkpointLocation", str(work / "f4"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = bench.start_noop(out, work / "f4")
         query.awaitTermination()
         print(f"first micro-batch: {time.perf_counter() - started:.1f} s")
         progress = query.lastProgress

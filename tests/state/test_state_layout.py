@@ -10,14 +10,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from chispa import assert_df_equality
+from fixtures.make_layout1 import RunningCount  # the processor the fixture ran
 from pyspark.sql import SparkSession
 
 from spark_elastic import (
-    TaskProcessor,
-    TaskState,
     read_keyed_state,
     register_log_source,
     rescale,
@@ -30,21 +28,6 @@ from spark_elastic.state.checkpoint_dir import read_job
 pytestmark = pytest.mark.slow
 
 FIXTURE = Path(__file__).parent / "fixtures" / "layout1"
-
-
-class RunningCount(TaskProcessor):
-    """The processor the fixture ran (same schemas, same logic)."""
-
-    state_schema = "count long, last_offset long"
-    output_schema = "key string, count long"
-
-    def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
-        out = []
-        for key, offset in zip(rows["key"], rows["offset"], strict=True):
-            count, _ = task.get(key, (0, -1))
-            task.put(key, (count + 1, int(offset)))
-            out.append((key.decode(), count + 1))
-        return pd.DataFrame(out, columns=["key", "count"])
 
 
 @pytest.fixture
