@@ -40,6 +40,7 @@ from spark_elastic.dataplane.session import active_or_local_session
 from spark_elastic.errors import ArgumentError, CheckpointError
 from spark_elastic.model.names import (
     Lineage,
+    TaskKind,
     TaskName,
     lineage,
     validate_elasticity_factor,
@@ -210,6 +211,7 @@ def rescale(
     target: str | os.PathLike[str],
     elasticity_factor: int,
     spark: SparkSession | None = None,
+    tasks: Sequence[str] | None = None,
 ) -> RescaleResult:
     """Prepare a new checkpoint that runs the sources' job at ``elasticity_factor``.
 
@@ -224,6 +226,11 @@ def rescale(
         The new factor, a power of two from 1 to 1024.
     spark
         The session to read state with (default: the active one, or a local one).
+    tasks
+        The virtual tasks (names at the new factor) the new checkpoint's query
+        owns, for example those a container takes over when a job is scaled;
+        the sources must own all their keys, and may own others, which are
+        left out. Default: every task, and the sources must own the whole job.
 
     Returns
     -------
@@ -232,12 +239,15 @@ def rescale(
     Raises
     ------
     ArgumentError
-        Bad factor, no sources, a target that is not empty or is a source.
+        Bad factor, no sources, a target that is not empty or is a source,
+        ``tasks`` empty or naming a task the job does not have at the new factor.
     CheckpointError
         A source is running, uncommitted, or not spark-elastic's; sources of
-        different jobs, or owning the same keys.
+        different jobs, owning the same keys, or not owning all the keys of
+        the new checkpoint's tasks.
     """
     factor = validate_elasticity_factor(elasticity_factor)
+    wanted_names = _task_names_argument(tasks)
     paths = (
         [checkpoint_path(sources, "sources")]
         if isinstance(sources, str | os.PathLike)
@@ -259,20 +269,21 @@ def rescale(
         _check_one_job(checkpoints)
         _check_one_layout(checkpoints)
         _check_disjoint(checkpoints)
-        _check_complete(checkpoints)
+        new_plan = checkpoints[0].job.plan(factor)
+        wanted = _wanted_ids(new_plan, wanted_names)
+        _check_complete(checkpoints, new_plan, wanted)
 
         entries = _effective_checkpoints(session, checkpoints)
-        new_plan = checkpoints[0].job.plan(factor)
-        seeded = _seeded_checkpoints(new_plan, entries)
-        offsets = _starting_offsets(new_plan, seeded)
+        seeded = _seeded_checkpoints(new_plan, entries, wanted)
+        offsets = _starting_offsets(new_plan, seeded, wanted)
         job = replace(
             checkpoints[0].job,
             elasticity_factor=factor,
-            tasks=None,
+            tasks=None if wanted_names is None else wanted_names,
             starting_offsets=offsets,
             state_layout=LAYOUT_VERSION,
         )
-        keys = _write_target(session, out, job, new_plan, checkpoints, seeded)
+        keys = _write_target(session, out, job, new_plan, checkpoints, seeded, wanted)
     return RescaleResult(out, factor, new_plan.task_count, keys, len(seeded), offsets)
 
 
@@ -347,27 +358,78 @@ def _check_disjoint(checkpoints: list[SourceCheckpoint]) -> None:
                     )
 
 
-def _check_complete(checkpoints: list[SourceCheckpoint]) -> None:
-    """The sources together must own every key of the job, or some would restart from 0.
+def _task_names_argument(tasks: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``tasks`` as the sorted, distinct names a query's ``job.json`` records (None: all)."""
+    if tasks is None:
+        return None
+    if isinstance(tasks, str) or not all(isinstance(t, str) for t in tasks):
+        raise ArgumentError.invalid("tasks", "a sequence of virtual task names", tasks)
+    names = tuple(sorted(set(tasks)))
+    if not names:
+        raise ArgumentError.invalid("tasks", "at least one virtual task name", list(tasks))
+    return names
 
-    Sources are disjoint (checked first), so a task's keys are all owned
-    exactly when the shares ``1 / factor`` of its owned virtual tasks add up to 1.
+
+def _wanted_ids(plan: JobPlan, names: tuple[str, ...] | None) -> tuple[int, ...]:
+    """Task ids of the new plan the target owns, in plan order."""
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    if names is None:
+        return tuple(range(plan.task_count))
+    unknown = [n for n in names if n not in ids]
+    if unknown:
+        raise ArgumentError.invalid(
+            "tasks",
+            f"names of the job's {plan.task_count} virtual tasks at factor "
+            f"{plan.elasticity_factor}",
+            unknown[0],
+        )
+    return tuple(sorted(ids[n] for n in names))
+
+
+def _shares_keys(a: TaskName, b: TaskName) -> bool:
+    """Whether two tasks of one job own some keys in common."""
+    if a.kind is TaskKind.SINGLE or b.kind is TaskKind.SINGLE:
+        return a == b
+    return lineage(a, b) is not Lineage.UNRELATED
+
+
+def _check_complete(
+    checkpoints: list[SourceCheckpoint], plan: JobPlan, wanted: Sequence[int]
+) -> None:
+    """The sources together must own every key of the target's tasks, or some would restart
+    from 0.
+
+    Sources are disjoint (checked first), so a target task's keys are all
+    owned exactly when the shares of them its related source tasks own add up
+    to its own share, ``1 / factor``: a source task at factor ``f'`` owns
+    ``1 / max(f, f')`` of the keys of a task at ``f`` it is related to.
     """
-    share: dict[TaskName, Fraction] = {}
+    owned: dict[TaskName, list[TaskName]] = {}
     for source in checkpoints:
         for task in source.owned_tasks():
-            share[task.base] = share.get(task.base, Fraction(0)) + Fraction(
-                1, task.elasticity_factor
-            )
-    bases = checkpoints[0].job.plan(1).task_names()
-    missing = [str(base) for base in bases if share.get(TaskName.parse(base), 0) != 1]
+            owned.setdefault(task.base, []).append(task)
+    names = plan.task_names()
+    missing = []
+    for task_id in wanted:
+        task = TaskName.parse(names[task_id])
+        share = sum(
+            (
+                Fraction(1, max(task.elasticity_factor, other.elasticity_factor))
+                for other in owned.get(task.base, [])
+                if _shares_keys(other, task)
+            ),
+            Fraction(0),
+        )
+        if share != Fraction(1, task.elasticity_factor):
+            missing.append(str(task))
     if missing:
         shown = ", ".join(missing[:5]) + (
             f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         )
+        what = "the whole job" if len(wanted) == plan.task_count else "the target's tasks"
         raise CheckpointError(
-            f"sources do not cover the whole job: no source owns all the keys of {shown}; "
-            "pass the latest checkpoint of every query that ran the job's virtual tasks "
+            f"sources do not cover {what}: no source owns all the keys of {shown}; "
+            "pass the latest checkpoint of every query that ran them "
             "(a task left out would start again from offset 0)"
         )
 
@@ -412,15 +474,15 @@ def _effective_checkpoints(
 
 
 def _seeded_checkpoints(
-    plan: JobPlan, entries: list[BucketCheckpoint]
+    plan: JobPlan, entries: list[BucketCheckpoint], wanted: Sequence[int]
 ) -> list[tuple[int, BucketCheckpoint]]:
-    """Per new task id: its own start per stream partition, plus source checkpoints above it."""
+    """Per wanted task id: its own start per stream partition, plus source checkpoints above it."""
     by_partition: dict[tuple[str, str, int], list[BucketCheckpoint]] = {}
     for entry in entries:
         by_partition.setdefault(entry.stream_partition, []).append(entry)
     factor = plan.elasticity_factor
     seeded: list[tuple[int, BucketCheckpoint]] = []
-    for task_id in range(plan.task_count):
+    for task_id in wanted:
         bucket = task_id % factor
         for ssp in plan.task(task_id).partitions:
             known = by_partition.get((ssp.system, ssp.stream, ssp.partition), [])
@@ -450,22 +512,26 @@ def _distinct(entries: Iterable[BucketCheckpoint]) -> list[BucketCheckpoint]:
 
 
 def _starting_offsets(
-    plan: JobPlan, seeded: list[tuple[int, BucketCheckpoint]]
+    plan: JobPlan, seeded: list[tuple[int, BucketCheckpoint]], wanted: Sequence[int]
 ) -> dict[str, dict[str, int]]:
-    """Per stream partition, the smallest start any of its buckets needs (0 if one has none)."""
+    """Per stream partition the wanted tasks read, the smallest start any of them needs
+    (0 if one has none)."""
     factor = plan.elasticity_factor
     starts: dict[tuple[str, int], dict[int, int]] = {}
-    for _, e in seeded:
+    for task_id, e in seeded:
         if e.elasticity_factor == factor:
-            starts.setdefault((e.stream, e.partition), {})[e.key_bucket] = e.next_offset
+            starts.setdefault((e.stream, e.partition), {})[task_id] = e.next_offset
+    readers: dict[tuple[str, int], set[int]] = {}
+    for task_id in wanted:
+        for ssp in plan.task(task_id).partitions:
+            readers.setdefault((ssp.stream, ssp.partition), set()).add(task_id)
     offsets: dict[str, dict[str, int]] = {}
-    for stream in plan.inputs:
-        for partition in range(stream.partition_count):
-            buckets = starts.get((stream.stream, partition), {})
-            complete = len(buckets) == factor
-            offsets.setdefault(stream.stream, {})[str(partition)] = (
-                min(buckets.values()) if complete else 0
-            )
+    for (stream, partition), tasks in sorted(readers.items()):
+        known = starts.get((stream, partition), {})
+        complete = tasks <= known.keys()
+        offsets.setdefault(stream, {})[str(partition)] = (
+            min(known[t] for t in tasks) if complete else 0
+        )
     return offsets
 
 
@@ -483,6 +549,7 @@ def _write_target(
     plan: JobPlan,
     checkpoints: list[SourceCheckpoint],
     seeded: list[tuple[int, BucketCheckpoint]],
+    wanted: Sequence[int],
 ) -> int:
     """Write seed and job file to a temporary sibling, then rename it into place."""
     from pyspark.sql import functions as F
@@ -493,7 +560,7 @@ def _write_target(
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         seed = seed_dir(staging)
-        chunks, depths = _seed_chunks(spark, plan, checkpoints, job.state_schema)
+        chunks, depths = _seed_chunks(spark, plan, checkpoints, job.state_schema, wanted)
         chunks.write.parquet(str(seed))
         # Key counts from what was written: evaluating the chunks again would read every
         # source's state a second time.
@@ -540,19 +607,26 @@ def _seed_chunks(
     plan: JobPlan,
     checkpoints: list[SourceCheckpoint],
     state_schema: str,
+    wanted: Sequence[int],
 ) -> tuple[DataFrame, list[int]]:
-    """Every source's keyed state as chunks of the new tasks, and each new task's depth.
+    """The sources' keyed state as chunks of the wanted new tasks, and each new task's depth.
 
     Layout-2 sources move whole chunks (re-chunked in a Python worker only
     where a new task's depth is deeper than the chunk's); layout-1 sources
     (one entry per key) are chunked here, which is how old checkpoints convert.
+    Only old tasks sharing keys with a wanted task are read.
     """
+    from pyspark.sql import functions as F
+
     from spark_elastic.state.processor import LAYOUT_STATE, USER_STATE
 
     if checkpoints[0].job.state_layout == 1:
-        return _chunked_keys(spark, checkpoints, plan, state_schema)
+        return _chunked_keys(spark, checkpoints, plan, state_schema, wanted)
     factor = plan.elasticity_factor
     new_keys = routing_keys(plan.task_count).tolist()
+    wanted_keys = [new_keys[t] for t in wanted]
+    names = plan.task_names()
+    targets = [TaskName.parse(names[t]) for t in wanted]
     sources = []
     for source in checkpoints:
         layouts = read_state(spark, source.path, LAYOUT_STATE, source.batch.batch_id)
@@ -572,14 +646,25 @@ def _seed_chunks(
         if stored is None:
             continue
         move = _ChunkMover(bases, depth_of, depths, factor, new_keys)
-        seed = seed.unionByName(
-            stored.select(
-                "key.routing_key",
-                "user_map_key.chunk",
-                "user_map_value.entries",
-                "user_map_value.data",
-            ).mapInPandas(move, CHUNK_ROWS)
+        old_keys = routing_keys(source.plan.task_count).tolist()
+        old_names = source.plan.task_names()
+        related = [
+            old_keys[i]
+            for i, name in enumerate(old_names)
+            if any(_shares_keys(TaskName.parse(name), t) for t in targets)
+        ]
+        chunks = stored.select(
+            "key.routing_key",
+            "user_map_key.chunk",
+            "user_map_value.entries",
+            "user_map_value.data",
         )
+        if len(wanted) < plan.task_count:
+            chunks = chunks.filter(F.col("routing_key").isin(related))
+        moved = chunks.mapInPandas(move, CHUNK_ROWS)
+        if len(wanted) < plan.task_count:
+            moved = moved.filter(F.col("routing_key").isin(wanted_keys))
+        seed = seed.unionByName(moved)
     return _as_seed_rows(seed), depths
 
 
@@ -684,7 +769,11 @@ class _ChunkMover:
 
 
 def _chunked_keys(
-    spark: SparkSession, checkpoints: list[SourceCheckpoint], plan: JobPlan, state_schema: str
+    spark: SparkSession,
+    checkpoints: list[SourceCheckpoint],
+    plan: JobPlan,
+    state_schema: str,
+    wanted: Sequence[int],
 ) -> tuple[DataFrame, list[int]]:
     """Layout-1 sources' per-key state as chunks of the new tasks (how old checkpoints convert).
 
@@ -726,6 +815,8 @@ def _chunked_keys(
         return _as_seed_rows(spark.createDataFrame([], CHUNK_ROWS)), [min_depth(factor)] * len(
             new_keys
         )
+    if len(wanted) < plan.task_count:
+        rows = rows.filter(F.col("task").isin(list(wanted)))
     rows = rows.localCheckpoint()
     counts = {int(r.task): int(r["count"]) for r in rows.groupBy("task").count().collect()}
     depths = [depth_for(counts.get(t, 0), factor) for t in range(len(new_keys))]

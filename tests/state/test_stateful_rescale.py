@@ -272,6 +272,60 @@ def test_two_queries_owning_halves_merge_into_one(
     assert_same_as(reference, job, merged)
 
 
+def test_a_share_of_the_tasks_rescales_alone_and_the_shares_add_up_to_a_single_run(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # What a container does when a job is scaled: it takes some tasks of stopped owners,
+    # at the same factor or a new one; other tasks' keys stay out of its checkpoint.
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    evens = [f"Partition {p}_0_2" for p in range(PARTITIONS)]
+    odds = [f"Partition {p}_1_2" for p in range(PARTITIONS)]
+    job.produce(250)
+    job.run(tmp_path / "cp-all", 2)
+    shares = [
+        rescale(tmp_path / "cp-all", tmp_path / "cp-evens", 2, spark, tasks=evens),
+        rescale(tmp_path / "cp-all", tmp_path / "cp-odds", 2, spark, tasks=odds),
+    ]
+    assert sum(r.keys for r in shares) == read_keyed_state(tmp_path / "cp-all", spark).count()
+    assert all(r.starting_offsets == json.loads(starting_offsets(r.target)) for r in shares)
+    assert {str(r.target.name): read_checkpoint(r.target, spark).job.tasks for r in shares} == {
+        "cp-evens": tuple(evens),
+        "cp-odds": tuple(odds),
+    }
+
+    job.produce(150)
+    job.run(tmp_path / "cp-evens", 2, tasks=evens)
+    job.run(tmp_path / "cp-odds", 2, tasks=odds)
+    # A share whose sources do not own all its keys, or a task the job does not have.
+    with pytest.raises(CheckpointError, match=r"not cover the target's tasks.*Partition 0_1_2"):
+        rescale(tmp_path / "cp-evens", tmp_path / "bad", 2, spark, tasks=odds)
+    with pytest.raises(ArgumentError, match=r"^tasks: expected names of the job's 4 virtual"):
+        rescale(tmp_path / "cp-all", tmp_path / "bad", 2, spark, tasks=["Partition 0_0_8"])
+    assert not (tmp_path / "bad").exists()
+    # Split to factor 4 in two shares, each made from both sources.
+    low = [f"Partition {p}_{b}_4" for p in range(PARTITIONS) for b in (0, 1)]
+    high = [f"Partition {p}_{b}_4" for p in range(PARTITIONS) for b in (2, 3)]
+    both = [tmp_path / "cp-evens", tmp_path / "cp-odds"]
+    rescale(both, tmp_path / "cp-low", 4, spark, tasks=low)
+    rescale(both, tmp_path / "cp-high", 4, spark, tasks=high)
+    job.produce(100)
+    job.run(tmp_path / "cp-low", 4, tasks=low)
+    job.run(tmp_path / "cp-high", 4, tasks=high)
+    reference = reference_run(spark, tmp_path, seed, [250, 150, 100])
+
+    assert_df_equality(
+        job.output(), reference.output(), ignore_row_order=True, ignore_nullable=True
+    )
+    assert_df_equality(
+        final_state(spark, tmp_path / "cp-low").unionByName(
+            final_state(spark, tmp_path / "cp-high")
+        ),
+        final_state(spark, reference.root / "cp"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
 def test_replay_from_lower_offsets_is_skipped_and_counted(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
