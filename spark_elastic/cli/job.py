@@ -413,7 +413,7 @@ def _status(args: argparse.Namespace) -> int:
         f"factor {status['elasticityFactor']}, partitions {status['partitions']}"
     )
     for c in status["containers"]:
-        if c["state"] in ("launching", "running"):
+        if c["state"] in ("launching", "warm", "running"):
             print(
                 f"  {c['containerId']:<16} {c['state']:<9} pid {c['pid'] or '-':<7} "
                 f"generation {c['generation']:<4} {len(c['tasks'])} tasks, "

@@ -20,7 +20,9 @@ environment variables (SAMZA-871 names the first):
 
 Its life: register (which grants the first lease), fetch the job model, fork
 its checkpoint generation from the previous owner's committed prefix if the
-model says so (:mod:`.generations`), start the query, then heartbeat on a
+model says so (:mod:`.generations`), or, taking tasks from several owners or
+some of one owner's, rescale their committed checkpoints to its share
+(:func:`~spark_elastic.rescale` with ``tasks``), start the query, then heartbeat on a
 thread while the main thread reports each committed batch. The query writes
 through ``foreachBatch``, which checks the lease right before the job's sink
 is called, and the sink checks it again right before it publishes. With the
@@ -31,14 +33,22 @@ batch never commits. ``{"alive": false}``, or failed heartbeats (Samza's
 retries, with the lease over for another lease's length), stop the query
 and exit 1; SIGTERM stops it and exits 0; a stop that hangs past
 the limit is cut short by ``os._exit(1)``, as Samza does.
+
+A container the job model lists as a *warm-up* (KIP-441) first starts its
+Spark application and Python workers, then registers (that says it is
+ready) and heartbeats until the coordinator hands it its tasks, after their
+old owners stopped; it then takes their state over as above. Removed from
+the model meanwhile, it exits 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -48,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_elastic.errors import ArgumentError, ProtocolError, SparkElasticError
+from spark_elastic.errors import ArgumentError, ProtocolError
 from spark_elastic.runtime.generations import fork_committed
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import BatchContext, Job, load_job_and_module
@@ -67,6 +77,9 @@ from spark_elastic.runtime.protocol import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -364,6 +377,17 @@ def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSessi
     return spark
 
 
+def _job_session(job: Job, module: Any, settings: ContainerSettings) -> SparkSession:
+    """The container's session, with the job's code shipped to Python workers by value."""
+    spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
+    from pyspark import cloudpickle
+
+    # The job's functions and classes travel to Spark's Python workers by value, so the
+    # workers need not import the job file (it may not be on their path, e.g. on a cluster).
+    cloudpickle.register_pickle_by_value(module)
+    return spark
+
+
 def needed_partitions(plan: JobPlan, tasks: tuple[str, ...]) -> dict[str, list[int]]:
     """``{topic: partitions}`` the given tasks read: all a container's query subscribes to.
 
@@ -533,20 +557,26 @@ def build_report(
 
 
 def _prepare_checkpoint(
-    mine: ContainerModel, plan: JobPlan, stateful: bool
+    mine: ContainerModel, plan: JobPlan, stateful: bool, spark: SparkSession
 ) -> dict[str, dict[str, int]] | None:
     """Set up this generation from its predecessors, once; the starting offsets, if any.
 
-    A stateful generation forks its one predecessor's committed prefix (keyed
-    state and bucket checkpoints included). A stateless one starts a fresh
-    checkpoint where its predecessors stopped: for each partition its tasks
-    read, the lowest offset any of them committed (two predecessors may have
-    read one partition for different tasks; output is at-least-once), and the
-    earliest offset for a partition none of them read (a new one, after growth).
+    Runs on the driver, once per container, before its query starts.
+
+    A stateful generation that takes exactly its one predecessor's tasks
+    forks its committed prefix (keyed state and bucket checkpoints included).
+    One that takes tasks from several predecessors, or some of one's, forks
+    each one's committed prefix privately (hard links: they may be shared
+    with another successor) and rescales them to its share of the tasks.
+    A stateless one starts a fresh checkpoint where its predecessors stopped:
+    for each partition its tasks read, the lowest offset any of them
+    committed (two predecessors may have read one partition for different
+    tasks; output is at-least-once), and the earliest offset for a partition
+    none of them read (a new one, after growth).
     """
     target = Path(mine.checkpoint)
     if target.exists() or not mine.sources:
-        return None
+        return _rescaled_starts(target, plan, mine) if stateful else None
     if not stateful:
         from spark_elastic.state.checkpoint_dir import last_batch
 
@@ -562,17 +592,104 @@ def _prepare_checkpoint(
                 starts.setdefault(topic, {})[str(partition)] = min(seen) if seen else -2
         _log(f"starting from the offsets {len(mine.sources)} predecessors committed: {starts}")
         return starts
-    if len(mine.sources) > 1:
-        raise SparkElasticError(
-            f"container {mine.container_id}: a stateful generation made from "
-            f"{len(mine.sources)} checkpoints needs their state merged, which containers do "
-            "not do yet"
+    if len(mine.sources) == 1 and _runs_exactly(mine.sources[0], plan, mine.tasks):
+        result = fork_committed(mine.sources[0], target)
+        _log(
+            f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
+            f"({result.files} files, {result.bytes} bytes)"
         )
-    result = fork_committed(mine.sources[0], target)
-    _log(
-        f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
-        f"({result.files} files, {result.bytes} bytes)"
-    )
+        return _rescaled_starts(target, plan, mine)
+    _take_over(mine, plan, spark)
+    return _rescaled_starts(target, plan, mine)
+
+
+def _runs_exactly(source: str, plan: JobPlan, tasks: tuple[str, ...]) -> bool:
+    """Whether a source checkpoint ran exactly these tasks at the plan's factor."""
+    from spark_elastic.state.checkpoint_dir import read_job
+
+    job = read_job(source)
+    if job is None or job.elasticity_factor != plan.elasticity_factor:
+        return False
+    owned = set(plan.task_names()) if job.tasks is None else set(job.tasks)
+    return owned == set(tasks)
+
+
+def _take_over(mine: ContainerModel, plan: JobPlan, spark: SparkSession) -> None:
+    """Rescale the predecessors' committed checkpoints to this container's tasks."""
+    from spark_elastic.state.rescale import rescale
+
+    target = Path(mine.checkpoint)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.sources.", dir=target.parent))
+    try:
+        forks = []
+        for i, source in enumerate(mine.sources):
+            fork = staging / str(i)
+            fork_committed(source, fork)
+            forks.append(fork)
+        started = time.monotonic()
+        result = rescale(forks, target, plan.elasticity_factor, spark, tasks=mine.tasks)
+        _log(
+            f"took over {len(mine.tasks)} tasks from {len(mine.sources)} checkpoints: "
+            f"{result.keys} keys in {time.monotonic() - started:.1f} s"
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _rescaled_starts(
+    target: Path, plan: JobPlan, mine: ContainerModel
+) -> dict[str, dict[str, int]] | None:
+    """Where a rescaled checkpoint's first query reads (None once it ran, or if not rescaled)."""
+    from spark_elastic.state.rescale import starting_offsets
+
+    text = starting_offsets(target, default="")
+    if not text:
+        return None
+    needed = needed_partitions(plan, mine.tasks)
+    offsets: dict[str, dict[str, int]] = json.loads(text)
+    return {
+        topic: {str(p): int(offsets.get(topic, {}).get(str(p), 0)) for p in partitions}
+        for topic, partitions in needed.items()
+    }
+
+
+def _warm_up(spark: SparkSession) -> None:
+    """Start the Python workers a query's first batch would wait for (driver, once)."""
+    spark.range(0, 64, numPartitions=spark.sparkContext.defaultParallelism).mapInPandas(
+        _pass_through, "id long"
+    ).count()
+
+
+def _pass_through(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """``mapInPandas`` function of the warm-up; runs on executors, once per partition."""
+    yield from frames
+
+
+def _await_tasks(
+    client: CoordinatorClient,
+    container_id: str,
+    every_s: float,
+    stop: threading.Event,
+    dead: threading.Event,
+) -> JobModel | None:
+    """Wait, heartbeating, until the job model hands this warm-up its tasks.
+
+    Returns the model that lists it among the containers, or None if it was
+    stopped, fenced, or removed from the model (the move was called off).
+    """
+    while not (stop.is_set() or dead.is_set()):
+        try:
+            model = client.job_model()
+        except (OSError, ValueError, ProtocolError) as exc:
+            _log(f"job model fetch failed ({exc}); retrying")
+        else:
+            if model.container(container_id) is not None:
+                return model
+            if model.warmup(container_id) is None:
+                _log(f"job model {model.version} no longer has warm-up {container_id!r}")
+                return None
+        stop.wait(every_s)
     return None
 
 
@@ -604,17 +721,18 @@ def run_container(settings: ContainerSettings) -> int:
         write_budget_s=settings.write_budget_s,
     )
     lease = ContainerLease(terms)
+    spark: SparkSession | None = None
+    if client.job_model().warmup(settings.container_id) is not None:
+        # KIP-441: a new owner gets going while the old one still runs its tasks; it
+        # registers (holds a lease) only once it is ready, and writes nothing before.
+        spark = _job_session(job, module, settings)
+        _warm_up(spark)
     sent = time.monotonic()
     reply = client.register(Registration(settings.container_id, os.getpid()))
     if not reply.alive:
         _log(f"the coordinator did not issue container id {settings.container_id!r}")
         return EXIT_FENCED
     lease.renew(sent, reply.lease_ms)
-    model = client.job_model()
-    mine = model.container(settings.container_id)
-    if mine is None:
-        _log(f"job model {model.version} has no container {settings.container_id!r}")
-        return EXIT_FENCED
 
     dead = threading.Event()
     stop = threading.Event()
@@ -623,17 +741,27 @@ def run_container(settings: ContainerSettings) -> int:
     beats = _Heartbeats(client, settings, lease, dead)
     beats.lease_s = reply.lease_ms / 1000
     beats.start()
+    model = client.job_model()
+    warm = model.warmup(settings.container_id)
+    if warm is not None:
+        _log(f"warm: waiting for tasks {', '.join(warm.tasks)}")
+        awaited = _await_tasks(client, settings.container_id, settings.heartbeat_s, stop, dead)
+        if awaited is None:
+            beats.stopping.set()
+            return EXIT_FENCED if dead.is_set() else EXIT_OK
+        model = awaited
+    mine = model.container(settings.container_id)
+    if mine is None:
+        beats.stopping.set()
+        _log(f"job model {model.version} has no container {settings.container_id!r}")
+        return EXIT_FENCED
 
     # The tasks are those planned for the planned counts; after SEP-5 growth a new
     # partition joins the tasks of its partition modulo the planned count.
     plan = grown_plan(job.grouper, job.elasticity_factor, model.planned, model.partitions)
-    starts = _prepare_checkpoint(mine, plan, stateful=job.processor is not None)
-    spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
-    from pyspark import cloudpickle
-
-    # The job's functions and classes travel to Spark's Python workers by value, so the
-    # workers need not import the job file (it may not be on their path, e.g. on a cluster).
-    cloudpickle.register_pickle_by_value(module)
+    if spark is None:
+        spark = _job_session(job, module, settings)
+    starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
     query = _start_query(spark, job, plan, mine, lease, settings, starts)
     _log(f"running tasks {', '.join(mine.tasks)} in generation {mine.generation}")
     code = _supervise(query, job, plan, mine, client, stop, dead)

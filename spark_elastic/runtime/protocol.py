@@ -21,6 +21,9 @@ The endpoints, all JSON:
 ``POST /containers/progress``
     :class:`ProgressReport` in, :class:`HeartbeatReply` out: after each
     committed micro-batch. A report also renews the lease.
+
+A container the model lists under ``warmups`` registers only once it is
+ready (its Spark application started); registering is how it says so.
 """
 
 from __future__ import annotations
@@ -212,6 +215,11 @@ class JobModel:
         The counts the virtual tasks were planned for (``None``: the same as
         ``partitions``). After SEP-5 growth the tasks stay those of this plan;
         a new partition p joins the task of p mod its topic's planned count.
+    warmups
+        New owners warming up for a pending move (KIP-441), sorted by id: each
+        will take its ``tasks`` from their owners in ``containers``, which
+        keep running them until every warm-up is ready; its ``sources`` are
+        set when the move is made.
     """
 
     version: int
@@ -220,9 +228,18 @@ class JobModel:
     partitions: Mapping[str, int]
     containers: tuple[ContainerModel, ...] = ()
     planned_partitions: Mapping[str, int] | None = None
+    warmups: tuple[ContainerModel, ...] = ()
 
     _KEYS: ClassVar[frozenset[str]] = frozenset(
-        {"version", "job", "elasticityFactor", "partitions", "containers", "plannedPartitions"}
+        {
+            "version",
+            "job",
+            "elasticityFactor",
+            "partitions",
+            "containers",
+            "plannedPartitions",
+            "warmups",
+        }
     )
 
     @property
@@ -233,6 +250,10 @@ class JobModel:
     def container(self, container_id: str) -> ContainerModel | None:
         """The entry of ``container_id``, or None if the model has none."""
         return next((c for c in self.containers if c.container_id == container_id), None)
+
+    def warmup(self, container_id: str) -> ContainerModel | None:
+        """The warm-up entry of ``container_id``, or None if it is not warming up."""
+        return next((c for c in self.warmups if c.container_id == container_id), None)
 
     def owner_of(self) -> dict[str, str]:
         """``{task: container id}`` for every assigned task."""
@@ -247,6 +268,7 @@ class JobModel:
             "partitions": dict(sorted(self.partitions.items())),
             "plannedPartitions": dict(sorted(self.planned.items())),
             "containers": [c.to_json() for c in self.containers],
+            "warmups": [c.to_json() for c in self.warmups],
         }
 
     @classmethod
@@ -277,6 +299,24 @@ class JobModel:
                         f"{c.container_id!r}"
                     )
                 seen[task] = c.container_id
+        # Models stored before warm-ups existed have none.
+        warmups = tuple(
+            ContainerModel.from_json(c, f"{where}.warmups[{i}]")
+            for i, c in enumerate(_field(doc, "warmups", list, where) if "warmups" in doc else [])
+        )
+        ids = [c.container_id for c in (*containers, *warmups)]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            raise ProtocolError(f"{where}: container {twice!r} appears twice")
+        warm: dict[str, str] = {}
+        for c in warmups:
+            for task in c.tasks:
+                if task not in seen or task in warm:
+                    raise ProtocolError(
+                        f"{where}: warm-up {c.container_id!r} takes task {task!r}, which "
+                        + ("no container owns" if task not in seen else f"{warm[task]!r} takes too")
+                    )
+                warm[task] = c.container_id
         return cls(
             version=_non_negative(_field(doc, "version", int, where), where),
             job=_field(doc, "job", str, where),
@@ -284,6 +324,7 @@ class JobModel:
             partitions=dict(partitions),
             containers=containers,
             planned_partitions=None if planned == partitions else planned,
+            warmups=warmups,
         )
 
 

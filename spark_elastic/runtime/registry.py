@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS throughput (
     total_processed INTEGER NOT NULL, at REAL NOT NULL);
 """
 
-LIVE_STATES = ("launching", "running")
+LIVE_STATES = ("launching", "warm", "running")
 """States of containers the coordinator considers valid (their heartbeats renew a lease)."""
 
 
@@ -77,8 +77,9 @@ class ContainerRecord:
     generation
         Its checkpoint generation.
     state
-        ``launching`` (started, not registered), ``running``, ``expired``
-        (lease ran out; replaced) or ``stopped``.
+        ``launching`` (started, not registered), ``warm`` (a warm-up that
+        registered: ready to take its tasks), ``running``, ``expired`` (lease
+        ran out; replaced), ``retired`` (handed its tasks over) or ``stopped``.
     pid
         Its process id, once known.
     spark_app
@@ -231,6 +232,9 @@ class Store:
     def update_container(self, db: sqlite3.Connection, container_id: str, **fields: Any) -> None:
         """Change some of a container's columns (inside a transaction)."""
         allowed = {"state", "pid", "spark_app", "launched_at", "registered_at", "ended_at"}
+        if "sources" in fields:  # set when a warm-up takes its tasks over
+            fields = {**fields, "sources": json.dumps(list(fields["sources"]))}
+            allowed.add("sources")
         unknown = set(fields) - allowed
         if unknown:
             raise ArgumentError.invalid("fields", f"columns among {sorted(allowed)}", unknown)

@@ -240,7 +240,7 @@ class _Metrics:
             states[c["state"]] = states.get(c["state"], 0) + 1
             if c["readAmplification"] is not None:
                 self.amplification.labels(c["containerId"]).set(c["readAmplification"])
-        for state in ("launching", "running", "expired", "retired", "stopped"):
+        for state in ("launching", "warm", "running", "expired", "retired", "stopped"):
             self.containers.labels(state).set(states.get(state, 0))
         for task in status["tasks"]:
             if task["lag"] >= 0:

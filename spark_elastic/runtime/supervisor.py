@@ -48,7 +48,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -79,6 +79,7 @@ from spark_elastic.runtime.protocol import (
     Registration,
 )
 from spark_elastic.runtime.registry import ContainerRecord, Store
+from spark_elastic.state.checkpoint_dir import never_committed
 
 __all__ = [
     "JobShape",
@@ -435,7 +436,7 @@ class Supervisor:
             self._records[record.id] = record
             if record.live:
                 # Renewal times died with the previous coordinator: a fresh lease from now.
-                self._live[record.id] = _Live(now, record.state == "running")
+                self._live[record.id] = _Live(now, record.state in ("running", "warm"))
             elif record.state == "retired" and record.pid is not None:
                 # It may still be stopping: its successor waits for it as for a live lease.
                 self._retired[record.id] = now
@@ -597,17 +598,28 @@ class Supervisor:
         if reply.alive:
             cid = registration.container_id
             self._live[cid].registered = True
+            # A warm-up registers once its Spark application is up: ready for the move.
+            warmup = self.model.warmup(cid)
+            state = "warm" if warmup is not None else "running"
             with self.store.transaction() as db:
                 self.store.update_container(
                     db,
                     cid,
-                    state="running",
+                    state=state,
                     pid=registration.pid,
                     spark_app=registration.spark_app_id,
                     registered_at=time.time(),
                 )
-                self.store.add_event(db, "register", cid, f"pid {registration.pid}")
-            self._set(cid, state="running", pid=registration.pid, registered_at=time.time())
+                if warmup is not None:
+                    self.store.add_event(
+                        db,
+                        "warm",
+                        cid,
+                        f"pid {registration.pid}: ready to take {len(warmup.tasks)} tasks",
+                    )
+                else:
+                    self.store.add_event(db, "register", cid, f"pid {registration.pid}")
+            self._set(cid, state=state, pid=registration.pid, registered_at=time.time())
         return reply
 
     def progress(self, report: ProgressReport) -> HeartbeatReply:
@@ -694,6 +706,7 @@ class Supervisor:
             if reason is not None:
                 self._fail_over(container_id, reason)
         self._advance_growth()
+        self._advance_move()
         self._reap_retired()
         self.launch_pending()
         if self.autoscaler.mode != "off":
@@ -715,7 +728,12 @@ class Supervisor:
             True once per ``partition_check_s`` while a watch is set and no
             growth is under way.
         """
-        if self.watch is None or self._growth() is not None or self.clock() < self._next_check:
+        if (
+            self.watch is None
+            or self._growth() is not None
+            or self.model.warmups
+            or self.clock() < self._next_check
+        ):
             return False
         self._next_check = self.clock() + self.partition_check_s
         return True
@@ -805,12 +823,11 @@ class Supervisor:
         old = [self._records[c.container_id] for c in self.model.containers]
         with self.store.transaction() as db:
             successors = [self._new_container(db, r.tasks, self._sources_of(r)) for r in old]
-            model = JobModel(
-                self.model.version + 1,
-                self.model.job,
-                self.model.elasticity_factor,
-                counts,
-                tuple(sorted(successors, key=lambda c: c.container_id)),
+            model = replace(
+                self.model,
+                version=self.model.version + 1,
+                partitions=counts,
+                containers=tuple(sorted(successors, key=lambda c: c.container_id)),
                 planned_partitions=dict(self.model.planned),
             )
             self.store.save_model(db, model)
@@ -839,6 +856,14 @@ class Supervisor:
         committed (the lowest where two read one partition: output is
         at-least-once).
 
+        A stateful job moves as KIP-441 does: the successors are launched
+        first, as *warm-ups* (``JobModel.warmups``), while the old owners keep
+        running every task. Once every warm-up is ready, the probing move
+        (:meth:`_advance_move`, on the ticks) stops the old owners at a batch
+        boundary and then hands each warm-up its tasks, with their committed
+        state (a subset :func:`~spark_elastic.rescale` of the old owners'
+        checkpoints, in the warm-up's own Spark application).
+
         Parameters
         ----------
         containers
@@ -857,9 +882,7 @@ class Supervisor:
         ArgumentError
             ``containers`` out of range.
         ChangeRefusedError
-            Another change (a growth, a handover) is under way, or the job is
-            stateful (moving keyed state between live containers is not built
-            yet).
+            Another change (a growth, a handover, a move) is under way.
         """
         tasks = [t for c in self.model.containers for t in c.tasks]
         if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
@@ -867,12 +890,6 @@ class Supervisor:
         if containers > len(tasks):
             raise ArgumentError.invalid(
                 "containers", f"at most the job's {len(tasks)} virtual tasks", containers
-            )
-        if self.shape.stateful:
-            raise ChangeRefusedError(
-                "containers: a stateful job cannot be scaled live yet (its keyed state would "
-                "have to move between containers with warm-ups); stop it and start it on the "
-                "new count"
             )
         self._refuse_if_busy()
         current = list(self.model.containers)
@@ -883,6 +900,8 @@ class Supervisor:
         moved = [c for c in current if c.tasks not in plan]
         new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
         owner = {t: c for c in current for t in c.tasks}
+        if self.shape.stateful:
+            return self._warm_up(current, new_sets, len(kept), len(moved), reason)
         with self.store.transaction() as db:
             successors = [
                 self._new_container(
@@ -898,13 +917,10 @@ class Supervisor:
                 )
                 for task_set in new_sets
             ]
-            model = JobModel(
-                self.model.version + 1,
-                self.model.job,
-                self.model.elasticity_factor,
-                dict(self.model.partitions),
-                tuple(sorted([*kept, *successors], key=lambda c: c.container_id)),
-                planned_partitions=self.model.planned_partitions,
+            model = replace(
+                self.model,
+                version=self.model.version + 1,
+                containers=tuple(sorted([*kept, *successors], key=lambda c: c.container_id)),
             )
             self.store.save_model(db, model)
             summary = (
@@ -925,7 +941,111 @@ class Supervisor:
         self._policy = acted(self._policy, self.clock())
         return summary
 
+    def _warm_up(
+        self,
+        current: Sequence[ContainerModel],
+        new_sets: Sequence[tuple[str, ...]],
+        kept: int,
+        moved: int,
+        reason: str,
+    ) -> str:
+        """Launch the successors of a stateful scale as warm-ups; the old owners keep running."""
+        with self.store.transaction() as db:
+            warmups = [self._new_container(db, task_set, ()) for task_set in new_sets]
+            model = replace(
+                self.model,
+                version=self.model.version + 1,
+                warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
+            )
+            self.store.save_model(db, model)
+            summary = (
+                f"{len(current)} -> {kept + len(warmups)} containers: {kept} keep their tasks, "
+                f"{moved} will hand over to {len(warmups)} new ones, which warm up first while "
+                f"the old owners keep running (job model {model.version})"
+            )
+            if reason:
+                self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
+            else:
+                self.store.add_event(db, "scale", detail=summary)
+        self.model = model
+        self._policy = acted(self._policy, self.clock())
+        return summary
+
+    def _leaving(self) -> list[ContainerModel]:
+        """Owners in the job model that hand tasks to a warm-up (all of theirs: sets move whole)."""
+        moving = {t for w in self.model.warmups for t in w.tasks}
+        return [c for c in self.model.containers if moving.intersection(c.tasks)]
+
+    def _advance_move(self) -> None:
+        """KIP-441's probing move, once every warm-up is ready; then hand the tasks over.
+
+        Three phases, each derived from the store, so a restarted coordinator
+        resumes where the last one was: warm-ups starting (wait); all warm
+        (stop the old owners: they finish their batch and exit); old owners
+        stopped or their leases out (the warm-ups own the tasks, from the old
+        owners' committed checkpoints).
+        """
+        warmups = self.model.warmups
+        if not warmups or any(self._records[w.container_id].state != "warm" for w in warmups):
+            return
+        leaving = self._leaving()
+        running = [self._records[c.container_id] for c in leaving]
+        running = [r for r in running if r.state != "retired"]
+        if running:
+            with self.store.transaction() as db:
+                for record in running:
+                    self.store.update_container(
+                        db, record.id, state="retired", ended_at=time.time()
+                    )
+                self.store.add_event(
+                    db,
+                    "move",
+                    detail=f"{len(warmups)} warm-ups ready: stopping "
+                    f"{', '.join(r.id for r in running)} at a batch boundary",
+                )
+            self._retire(running)
+            return
+        self._reap_retired()
+        if any(c.container_id in self._retired for c in leaving):
+            return
+        owner = {t: c.container_id for c in leaving for t in c.tasks}
+        taking = []
+        with self.store.transaction() as db:
+            for warm in warmups:
+                sources = tuple(
+                    dict.fromkeys(
+                        src for t in warm.tasks for src in self._sources_of(self._records[owner[t]])
+                    )
+                )
+                taking.append(replace(warm, sources=sources))
+                self.store.update_container(db, warm.container_id, state="running")
+                self.store.update_container(db, warm.container_id, sources=sources)
+                self.store.add_event(
+                    db,
+                    "move",
+                    warm.container_id,
+                    f"takes {len(warm.tasks)} tasks of "
+                    f"{', '.join(sorted({owner[t] for t in warm.tasks}))}",
+                )
+            gone = {c.container_id for c in leaving}
+            staying = [c for c in self.model.containers if c.container_id not in gone]
+            model = replace(
+                self.model,
+                version=self.model.version + 1,
+                containers=tuple(sorted([*staying, *taking], key=lambda c: c.container_id)),
+                warmups=(),
+            )
+            self.store.save_model(db, model)
+        for warm in taking:
+            self._set(warm.container_id, state="running", sources=warm.sources)
+        self.model = model
+
     def _refuse_if_busy(self) -> None:
+        if self.model.warmups:
+            raise ChangeRefusedError(
+                f"a move is under way (warm-ups {[w.container_id for w in self.model.warmups]} "
+                "still to take their tasks); retry after it"
+            )
         if self._growth() is not None:
             raise ChangeRefusedError(
                 "a partition growth is under way (old partitions draining); retry after it"
@@ -951,27 +1071,32 @@ class Supervisor:
                 self.launcher.kill(record.pid, record.id, signal.SIGTERM)
 
     def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
-        # A container that never got going hands on what it was given.
-        started = (
-            Path(record.checkpoint, "commits").is_dir()
-            or Path(record.checkpoint, "offsets").is_dir()
-        )
+        # A container that never committed a batch hands on what it was given (its own
+        # sources are never modified), so a successor always starts from committed work.
+        started = Path(record.checkpoint).is_dir() and not never_committed(record.checkpoint)
         return (record.checkpoint,) if started else record.sources
 
     def _fail_over(self, old_id: str, reason: str) -> None:
         old = self._records[old_id]
-        # The new generation starts from the old one's committed prefix.
+        # The new generation starts from the old one's committed prefix; a warm-up that
+        # failed is replaced by another (it owned nothing yet).
+        warming = self.model.warmup(old_id) is not None
         with self.store.transaction() as db:
-            new = self._new_container(db, old.tasks, self._sources_of(old))
-            containers = [c for c in self.model.containers if c.container_id != old_id]
-            model = JobModel(
-                self.model.version + 1,
-                self.model.job,
-                self.model.elasticity_factor,
-                dict(self.model.partitions),
-                tuple(sorted([*containers, new], key=lambda c: c.container_id)),
-                planned_partitions=self.model.planned_partitions,
-            )
+            new = self._new_container(db, old.tasks, () if warming else self._sources_of(old))
+            if warming:
+                warmups = [w for w in self.model.warmups if w.container_id != old_id]
+                model = replace(
+                    self.model,
+                    version=self.model.version + 1,
+                    warmups=tuple(sorted([*warmups, new], key=lambda c: c.container_id)),
+                )
+            else:
+                containers = [c for c in self.model.containers if c.container_id != old_id]
+                model = replace(
+                    self.model,
+                    version=self.model.version + 1,
+                    containers=tuple(sorted([*containers, new], key=lambda c: c.container_id)),
+                )
             self.store.save_model(db, model)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
             self.store.add_event(db, "expire", old_id, reason)
@@ -1145,6 +1270,26 @@ class Supervisor:
 
     # status
 
+    def _move_status(self) -> dict[str, Any] | None:
+        """The pending move: its warm-ups, the owners they take over from, and its phase."""
+        if not self.model.warmups:
+            return None
+        owner = self.model.owner_of()
+        warmups = [
+            {
+                "containerId": w.container_id,
+                "state": self._records[w.container_id].state,
+                "tasks": list(w.tasks),
+                "from": sorted({owner[t] for t in w.tasks if t in owner}),
+            }
+            for w in self.model.warmups
+        ]
+        ready = all(w["state"] == "warm" for w in warmups)
+        return {
+            "phase": "stopping the old owners" if ready else "warming up",
+            "warmups": warmups,
+        }
+
     def status(self) -> dict[str, Any]:
         """Everything the status page and ``job status --json`` show.
 
@@ -1154,8 +1299,9 @@ class Supervisor:
             ``job``, ``jobModelVersion``, ``containers`` (id, state, pid,
             generation, tasks, heartbeat age, lease left, read amplification,
             processing rate), ``tasks`` (owner, committed offsets, lag),
-            ``autoscaler`` (mode, settings, bounds, last decision) and
-            ``events``.
+            ``autoscaler`` (mode, settings, bounds, last decision),
+            ``move`` (a pending stateful move's phase and warm-ups, or None)
+            and ``events``.
         """
         now = self.clock()
         throughput = self.store.throughput()
@@ -1200,6 +1346,7 @@ class Supervisor:
         return {
             "job": self.shape.name,
             "jobModelVersion": self.model.version,
+            "move": self._move_status(),
             "elasticityFactor": self.model.elasticity_factor,
             "partitions": dict(self.model.partitions),
             "partitionMonitor": {

@@ -3,7 +3,9 @@
 It registers, then heartbeats every SPARK_ELASTIC_HEARTBEAT_MS until the
 coordinator answers ``alive: false`` (exit 1) or it gets SIGTERM (exit 0).
 With STANDIN_STUBBORN=1 it ignores both and heartbeats on: a predecessor that
-does not stop when told, as a hung container would not.
+does not stop when told, as a hung container would not. A warm-up (in the job
+model's ``warmups``) registers, i.e. says it is ready, only once the file
+STANDIN_WARM_GATE names exists (at once when unset).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
 from spark_elastic.runtime.protocol import Registration
@@ -28,6 +31,10 @@ def main() -> int:
 
     stubborn = os.environ.get("STANDIN_STUBBORN") == "1"
     signal.signal(signal.SIGTERM, signal.SIG_IGN if stubborn else on_term)
+    gate = os.environ.get("STANDIN_WARM_GATE")
+    if gate and client.job_model().warmup(settings.container_id) is not None:
+        while not Path(gate).exists():
+            time.sleep(0.05)
     deadline = time.monotonic() + 20
     while True:  # a loaded machine may answer late: retry, as a real container's start would
         try:

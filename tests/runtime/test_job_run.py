@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from cli_runner import run_cli
 from pyspark.sql import SparkSession
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, with_task_state
@@ -286,7 +287,7 @@ def test_three_containers_run_like_one_query_fence_a_paused_one_and_lose_nothing
     assert job.output_rows() == reference_rows(spark, clicks)
 
 
-def test_two_containers_run_like_one_query_and_a_restarted_coordinator_carries_on(
+def test_two_containers_run_like_one_query_carry_on_under_a_restarted_coordinator_and_scale_2_3_2(
     spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
     job = start_job(containers=2)
@@ -317,6 +318,33 @@ def test_two_containers_run_like_one_query_and_a_restarted_coordinator_carries_o
     # The same processes did the work: nothing was relaunched or failed over.
     assert again.running_containers() == running
     assert all(alive(pid) for pid in running.values())
+    assert again.output_rows() == reference_rows(spark, clicks)
+
+    # Then it is scaled out and back in while it runs: stateful tasks move with their state.
+    total = RECORDS + 2000
+    for containers in (3, 2):
+        before = again.job_model()
+        scaled = run_cli("job", "scale", again.url, "--containers", str(containers))
+        assert scaled.returncode == 0, scaled.stderr
+        pending = again.job_model()
+        # KIP-441: new owners warm up while the old ones keep every task.
+        assert pending["warmups"]
+        assert pending["containers"] == before["containers"]
+        produce(EmbeddedLog(clicks / "log"), total, 1500)
+        total += 1500
+        wait_until(
+            f"{containers} containers own the tasks",
+            lambda n=containers: (
+                (m := again.job_model())["warmups"] == [] and len(m["containers"]) == n
+            ),
+            timeout=240,
+        )
+        tasks = [t for c in again.job_model()["containers"] for t in c["tasks"]]
+        assert sorted(tasks) == sorted(t for c in model["containers"] for t in c["tasks"])
+        wait_until("every record applied", all_applied(again, total), timeout=240)
+        again.status()  # records the new containers' pids for cleanup
+    kinds = [e["kind"] for e in again.status()["events"]]
+    assert kinds.count("warm") >= 2
     assert again.output_rows() == reference_rows(spark, clicks)
 
 

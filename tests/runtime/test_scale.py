@@ -6,6 +6,7 @@ end-to-end run with real containers is in test_job_run_stateless.py.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ import pytest
 from cli_runner import run_cli
 from test_cli_job import one_line_error
 from test_coordinator import TASKS, Coordinator, call, shape, wait_until
-from test_growth import Clock
+from test_growth import Clock, crash
+from test_job_run import alive
 
 from spark_elastic.runtime.supervisor import JobShape
 
@@ -37,6 +39,7 @@ def started(coordinator: Coordinator) -> None:
     """What a real container leaves behind once it committed a batch."""
     for c in model(coordinator)["containers"]:
         Path(c["checkpoint"], "commits").mkdir(parents=True, exist_ok=True)
+        Path(c["checkpoint"], "commits", "0").touch()
 
 
 def scale_to(coordinator: Coordinator, containers: int) -> dict[str, Any]:
@@ -155,18 +158,70 @@ def test_a_scale_while_another_is_under_way_is_refused(slow_handover: Coordinato
     assert [e["kind"] for e in slow_handover.status()["events"]].count("scale") == 1
 
 
-def test_a_stateful_job_is_not_scaled_live_yet(tmp_path: Path) -> None:
+@pytest.fixture
+def stateful(tmp_path: Path) -> Iterator[Coordinator]:
+    """A stateful job whose warm-ups say they are ready only once the spec opens a gate."""
     base = shape(tmp_path)
-    stateful = JobShape(**{**base.__dict__, "stateful": True})
-    c = Coordinator(tmp_path, job_shape=stateful)
+    c = Coordinator(
+        tmp_path,
+        job_shape=JobShape(**{**base.__dict__, "stateful": True}),
+        env={"STANDIN_WARM_GATE": str(tmp_path / "warm")},
+    )
     try:
         with c.server.running_in_thread():
-            status, reply = call(f"{c.url}/scale", {"containers": 3})
-            assert status == 409
-            assert "stateful job cannot be scaled live yet" in reply["error"]
-            assert len(model(c)["containers"]) == 2
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            started(c)
+            yield c
     finally:
         c.kill_all()
+
+
+def test_a_stateful_job_moves_tasks_only_once_their_new_owners_are_warm(
+    stateful: Coordinator, tmp_path: Path
+) -> None:
+    two = model(stateful)
+    owners = stateful.running()
+    status, reply = call(f"{stateful.url}/scale", {"containers": 3})
+    assert status == 200, reply
+    assert "warm up first" in reply["summary"]
+    pending = model(stateful)
+    # KIP-441: the new owners warm up while the old ones keep every task.
+    assert pending["containers"] == two["containers"]
+    warmups = pending["warmups"]
+    assert warmups
+    assert all(w["sources"] == [] for w in warmups)
+    wait_until(
+        "the warm-ups launched",
+        lambda: all(
+            c["pid"]
+            for c in stateful.status()["containers"]
+            if c["containerId"] in {w["containerId"] for w in warmups}
+        ),
+    )
+    move = stateful.status()["move"]
+    assert move["phase"] == "warming up"
+    assert {w["containerId"] for w in move["warmups"]} == {w["containerId"] for w in warmups}
+    refused = call(f"{stateful.url}/scale", {"containers": 2})
+    assert refused[0] == 409
+    assert "a move is under way" in refused[1]["error"]
+    assert stateful.running() == owners  # nobody stopped while the warm-ups are not ready
+
+    (tmp_path / "warm").touch()
+    three = wait_until(
+        "the warm-ups to own their tasks",
+        lambda: (m := model(stateful))["warmups"] == [] and len(m["containers"]) == 3 and m,
+    )
+    check_moves(two, three, 3)
+    assert stayed(two, three) == 8
+    wait_until("3 running containers", lambda: len(stateful.running()) == 3)
+    assert stateful.status()["move"] is None
+    kinds = [e["kind"] for e in stateful.status()["events"]]
+    assert kinds.count("warm") == len(warmups)
+    assert kinds.count("move") == 1 + len(warmups)  # the probing move, then each hand-over
+    # The old owners that handed over stopped before any warm-up took their tasks.
+    leaving = [c for c in two["containers"] if c not in three["containers"]]
+    for c in leaving:
+        assert not alive(owners[c["containerId"]])
 
 
 def test_job_scale_on_the_command_line(slow_handover: Coordinator) -> None:
@@ -177,3 +232,63 @@ def test_job_scale_on_the_command_line(slow_handover: Coordinator) -> None:
     one_line_error(run_cli("job", "scale", url, "--containers", "4"), "handover is under way")
     one_line_error(run_cli("job", "scale", url, "--containers", "0"), "--containers")
     one_line_error(run_cli("job", "scale", "http://127.0.0.1:9", "--containers", "2"), "URL")
+
+
+def test_a_move_goes_on_after_a_warm_up_dies_and_after_a_coordinator_restart(
+    tmp_path: Path,
+) -> None:
+    base = shape(tmp_path)
+    stateful = JobShape(**{**base.__dict__, "stateful": True})
+    gate = {"STANDIN_WARM_GATE": str(tmp_path / "warm")}
+    first = Coordinator(tmp_path, job_shape=stateful, env=gate)
+    try:
+        with first.server.running_in_thread():
+            wait_until("two containers", lambda: len(first.running()) == 2)
+            started(first)
+            two = model(first)
+            assert call(f"{first.url}/scale", {"containers": 3})[0] == 200
+            warmups = {w["containerId"]: w["tasks"] for w in model(first)["warmups"]}
+            pids = wait_until(
+                "the warm-ups launched",
+                lambda: (
+                    (
+                        p := {
+                            c["containerId"]: c["pid"]
+                            for c in first.status()["containers"]
+                            if c["containerId"] in warmups and c["pid"]
+                        }
+                    )
+                    and len(p) == len(warmups)
+                    and p
+                ),
+            )
+            victim = sorted(pids)[0]
+            first.launcher.kill(pids[victim], victim, signal.SIGKILL)
+            # A warm-up that died is replaced by another for the same tasks; nothing moved.
+            replaced = wait_until(
+                "a new warm-up for the dead one's tasks",
+                lambda: (
+                    (ws := model(first)["warmups"])
+                    and victim not in {w["containerId"] for w in ws}
+                    and ws
+                ),
+            )
+            assert sorted(w["tasks"] for w in replaced) == sorted(warmups.values())
+            assert model(first)["containers"] == two["containers"]
+            crash(first)
+        # The coordinator comes back mid-warm-up: the move is still pending, then completes.
+        second = Coordinator(
+            tmp_path, port=int(first.url.rsplit(":", 1)[1]), job_shape=stateful, env=gate
+        )
+        with second.server.running_in_thread():
+            assert model(second)["warmups"] == replaced
+            assert second.status()["move"]["phase"] == "warming up"
+            (tmp_path / "warm").touch()
+            three = wait_until(
+                "the warm-ups to own their tasks",
+                lambda: (m := model(second))["warmups"] == [] and len(m["containers"]) == 3 and m,
+            )
+            check_moves(two, three, 3)
+            wait_until("3 running containers", lambda: len(second.running()) == 3)
+    finally:
+        first.kill_all()
