@@ -3,7 +3,8 @@
 Reads the ``clicks`` topic of an embedded log, keeps one count per user in
 each virtual task's keyed state, and writes ``(user, count, partition,
 offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
-(default ``/tmp/spark-elastic-clicks``)::
+(default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
+from ``CLICKS_BATCH`` (default 2000)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
     spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
@@ -48,7 +49,11 @@ class ClickCount(TaskProcessor):
 
 job = Job(
     name="clicks",
-    input=LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=2000),
+    input=LogInput(
+        f"{ROOT}/log",
+        ("clicks",),
+        max_records_per_batch=int(os.environ.get("CLICKS_BATCH", "2000")),
+    ),
     elasticity_factor=4,
     checkpoint_root=f"{ROOT}/checkpoints",
     sink=ParquetSink(f"{ROOT}/out"),

@@ -5,7 +5,8 @@
 loopback, prints ``status: URL`` on stdout, launches the containers, and runs
 until SIGINT or SIGTERM, which stop the containers, then the coordinator.
 ``job status URL`` prints the coordinator's view (``--json`` for all of it).
-``job scale URL --containers N`` changes a running job's container count;
+``job scale URL --containers N`` changes a running job's container count, and
+``job scale URL --elasticity-factor F`` its factor (split or merge, live);
 ``job autoscale URL --on|--off|--pin N|--min A --max B`` sets its autoscaler.
 """
 
@@ -40,6 +41,18 @@ def _positive_ms(text: str) -> int:
 def _count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return int(text)
+
+
+def _factor(text: str) -> int:
+    from spark_elastic.model.names import MAX_ELASTICITY_FACTOR, is_power_of_two
+
+    if not (text.isascii() and text.isdigit()) or not (
+        is_power_of_two(int(text)) and int(text) <= MAX_ELASTICITY_FACTOR
+    ):
+        raise argparse.ArgumentTypeError(
+            f"expected a power of two from 1 to {MAX_ELASTICITY_FACTOR}, found {text!r}"
+        )
     return int(text)
 
 
@@ -141,6 +154,12 @@ def register(subparsers: Any) -> None:
         "(300000, Samza's default; SEP-5)",
     )
     run.add_argument(
+        "--cold-moves",
+        action="store_true",
+        help="move stateful tasks without warm-ups: a new owner starts only once its old "
+        "owners stopped (for comparison; KIP-441's warm-ups are the default)",
+    )
+    run.add_argument(
         "--startup-ms",
         type=_positive_ms,
         default=180_000,
@@ -194,12 +213,17 @@ def register(subparsers: Any) -> None:
     status.set_defaults(run=_status)
     scale = commands.add_parser(
         "scale",
-        help="change how many containers run a job",
+        help="change how many containers run a job, or its elasticity factor",
         description="Change how many containers run a running job (KIP-441's assignor plans "
-        "the moves; containers whose tasks stay keep running).",
+        "the moves; containers whose tasks stay keep running), or its elasticity factor "
+        "(split or merge its virtual tasks, one container at a time).",
     )
     scale.add_argument("url", metavar="URL", help="the coordinator's URL")
-    scale.add_argument("--containers", type=_count, required=True, help="the new container count")
+    change = scale.add_mutually_exclusive_group(required=True)
+    change.add_argument("--containers", type=_count, help="the new container count")
+    change.add_argument(
+        "--elasticity-factor", type=_factor, metavar="F", help="the new elasticity factor"
+    )
     scale.add_argument("--token", help="bearer token, if the coordinator requires one")
     scale.set_defaults(run=_scale)
     autoscale = commands.add_parser(
@@ -288,6 +312,7 @@ def _run(args: argparse.Namespace) -> int:
             watch=_InputWatch(job.input),
             partition_check_s=args.partition_check_ms / 1000,
             autoscaler=autoscaler,
+            warm_ups=not args.cold_moves,
         )
 
     try:
@@ -379,7 +404,12 @@ def _call(url_arg: str, path: str, token: str | None, body: Any = None) -> Any:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    reply = _call(args.url, "/scale", args.token, {"containers": args.containers})
+    body = (
+        {"containers": args.containers}
+        if args.containers is not None
+        else {"elasticityFactor": args.elasticity_factor}
+    )
+    reply = _call(args.url, "/scale", args.token, body)
     print(reply["summary"])
     return 0
 

@@ -377,6 +377,18 @@ def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSessi
     return spark
 
 
+def _factor_of(mine: ContainerModel, job: Job) -> int:
+    """The factor this container's tasks are at: the job's, or a live change's new one."""
+    from spark_elastic.model.names import TaskName
+
+    factors = {TaskName.parse(t).elasticity_factor for t in mine.tasks}
+    if len(factors) != 1:
+        raise ProtocolError(
+            f"job model: container {mine.container_id!r} has tasks at factors {sorted(factors)}"
+        )
+    return factors.pop() if mine.tasks else job.elasticity_factor
+
+
 def _job_session(job: Job, module: Any, settings: ContainerSettings) -> SparkSession:
     """The container's session, with the job's code shipped to Python workers by value."""
     spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
@@ -758,7 +770,7 @@ def run_container(settings: ContainerSettings) -> int:
 
     # The tasks are those planned for the planned counts; after SEP-5 growth a new
     # partition joins the tasks of its partition modulo the planned count.
-    plan = grown_plan(job.grouper, job.elasticity_factor, model.planned, model.partitions)
+    plan = grown_plan(job.grouper, _factor_of(mine, job), model.planned, model.partitions)
     if spark is None:
         spark = _job_session(job, module, settings)
     starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)

@@ -311,10 +311,12 @@ class JobModel:
         warm: dict[str, str] = {}
         for c in warmups:
             for task in c.tasks:
-                if task not in seen or task in warm:
+                # (At a new elasticity factor a warm-up's tasks are named differently from
+                # the ones it takes over; only the coordinator relates them.)
+                if task in warm:
                     raise ProtocolError(
-                        f"{where}: warm-up {c.container_id!r} takes task {task!r}, which "
-                        + ("no container owns" if task not in seen else f"{warm[task]!r} takes too")
+                        f"{where}: warm-ups {warm[task]!r} and {c.container_id!r} both take "
+                        f"task {task!r}"
                     )
                 warm[task] = c.container_id
         return cls(

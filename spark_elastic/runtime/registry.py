@@ -203,6 +203,11 @@ class Store:
         row = self._db.execute("SELECT json FROM models ORDER BY version DESC LIMIT 1").fetchone()
         return None if row is None else JobModel.from_json(json.loads(row[0]))
 
+    def model(self, version: int) -> JobModel | None:
+        """A stored job model version, or None if there is no such version."""
+        row = self._db.execute("SELECT json FROM models WHERE version = ?", (version,)).fetchone()
+        return None if row is None else JobModel.from_json(json.loads(row[0]))
+
     def model_versions(self) -> list[int]:
         """Every stored job model version, ascending."""
         return [int(r[0]) for r in self._db.execute("SELECT version FROM models ORDER BY version")]

@@ -361,9 +361,12 @@ class CoordinatorServer:
 
     async def _scale(self, request: web.Request) -> web.Response:
         body = await self._json_body(request)
-        if not isinstance(body, dict) or set(body) != {"containers"}:
-            raise ProtocolError('/scale: expected {"containers": N}')
-        summary = self.supervisor.scale(body["containers"])
+        if not isinstance(body, dict) or set(body) not in ({"containers"}, {"elasticityFactor"}):
+            raise ProtocolError('/scale: expected {"containers": N} or {"elasticityFactor": F}')
+        if "containers" in body:
+            summary = self.supervisor.scale(body["containers"])
+        else:
+            summary = self.supervisor.change_factor(body["elasticityFactor"])
         return web.json_response(
             {"summary": summary, "jobModelVersion": self.supervisor.model.version}
         )
@@ -484,6 +487,24 @@ class CoordinatorServer:
             thread.join(120)
 
 
+def _move_section(move: dict[str, Any] | None) -> str:
+    """A pending stateful move (KIP-441): its phase and each warm-up's tasks and old owners."""
+    if move is None:
+        return "<p>No move pending.</p>"
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(w['containerId'])}</td><td>{e(w['state'])}</td>"
+        f"<td>{e(', '.join(w['tasks']))}</td><td>{e(', '.join(w['from']))}</td></tr>"
+        for w in move["warmups"]
+    )
+    return (
+        f"<p>Pending move: {e(move['phase'])}. The old owners keep their tasks until every "
+        "warm-up is ready.</p>"
+        "<table><tr><th>warm-up</th><th>state</th><th>tasks it will take</th>"
+        f"<th>from</th></tr>{rows}</table>"
+    )
+
+
 def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
@@ -493,7 +514,8 @@ def _age(seconds: float | None) -> str:
 
 
 def render_page(status: dict[str, Any]) -> str:
-    """The status page: containers, tasks, lease state, lag, read amplification, autoscaler, events.
+    """The status page: containers, warm-ups, tasks, leases, lag, read amplification, autoscaler,
+    events.
 
     Parameters
     ----------
@@ -538,7 +560,7 @@ body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f0f0f0; }} tr.expired td {{ color: #999; }}
-tr.running td:nth-child(2) {{ color: #070; }}
+tr.running td:nth-child(2) {{ color: #070; }} tr.warm td:nth-child(2) {{ color: #a60; }}
 h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
 </style></head><body>
 <h1>Job {e(status["job"])}: job model {status["jobModelVersion"]},
@@ -551,6 +573,8 @@ margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
 <table><tr><th>container</th><th>state</th><th>pid</th><th>generation</th><th>virtual tasks</th>
 <th>heartbeat age</th><th>lease</th><th>last batch</th><th>read amplification</th></tr>
 {"".join(rows)}</table>
+<h2>Warm-ups and pending moves</h2>
+{_move_section(status["move"])}
 <h2>Tasks</h2>
 <table><tr><th>task</th><th>container</th><th>committed offsets</th><th>input lag</th></tr>
 {tasks}</table>

@@ -40,6 +40,7 @@ The recipe, in small steps:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
-from spark_elastic.model.names import TaskName
+from spark_elastic.model.names import TaskKind, TaskName, validate_elasticity_factor
 from spark_elastic.runtime.autoscaler import (
     HOLD,
     AutoscalerConfig,
@@ -174,6 +175,74 @@ def _scale_assignment(
     result = assign([TaskSpec(t, stateful=False) for t in tasks], clients)
     sets = [tuple(sorted(a.active)) for a in result.assignment.values() if a.active]
     return sorted(sets)
+
+
+@functools.lru_cache(maxsize=65536)
+def _parsed(task: str) -> TaskName:
+    return TaskName.parse(task)
+
+
+class _Holders:
+    """Which of some containers hold keys of given tasks, at any mix of factors."""
+
+    def __init__(self, containers: Sequence[ContainerModel]) -> None:
+        self.index: dict[tuple[str, int, int], str] = {}
+        for c in containers:
+            for t in c.tasks:
+                name = _parsed(t)
+                self.index[(str(name.base), name.elasticity_factor, name.key_bucket)] = (
+                    c.container_id
+                )
+        self.factors = sorted({f for _, f, _ in self.index})
+
+    def of(self, tasks: Sequence[str]) -> set[str]:
+        """Ids of the containers holding a task that shares keys with one of ``tasks``."""
+        found: set[str] = set()
+        for t in tasks:
+            name = _parsed(t)
+            base, factor, bucket = str(name.base), name.elasticity_factor, name.key_bucket
+            for f in self.factors:
+                buckets = (
+                    [bucket % f] if f <= factor else range(bucket, f, factor)
+                )  # a coarser task holds this one's keys; finer ones each hold some
+                found.update(
+                    self.index[(base, f, b)] for b in buckets if (base, f, b) in self.index
+                )
+        return found
+
+
+def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[tuple[str, ...]]:
+    """Per container (in order), the tasks at ``factor`` that take over its keys.
+
+    A split gives each task's children to its container. A merge gives each
+    parent (in locality order) to the container, among those holding one of
+    its children, with the fewest parents so far (ties: the oldest); once
+    those have their fair share, to the one with the fewest overall.
+    """
+    holders: dict[str, list[str]] = {}
+    for c in sorted(containers, key=lambda c: c.generation):
+        for t in c.tasks:
+            name = _parsed(t)
+            f, k = name.elasticity_factor, name.key_bucket
+            for b in [k % factor] if factor < f else range(k, factor, f):
+                ids = holders.setdefault(str(name.base.at_factor(b, factor)), [])
+                if c.container_id not in ids:
+                    ids.append(c.container_id)
+    sets: dict[str, list[str]] = {c.container_id: [] for c in containers}
+    fair = -(-len(holders) // max(len(containers), 1))
+    oldest = [c.container_id for c in sorted(containers, key=lambda c: c.generation)]
+    for new in sorted(holders, key=_locality_key):
+        ids = [i for i in holders[new] if len(sets[i]) < fair] or oldest
+        sets[min(ids, key=lambda i: (len(sets[i]), ids.index(i)))].append(new)
+    return [tuple(sorted(sets[c.container_id])) for c in containers]
+
+
+def _model_factor(
+    model: JobModel, containers: Sequence[ContainerModel], warmups: Sequence[ContainerModel]
+) -> int:
+    """The job model's factor: the new one once no task of another factor is left."""
+    factors = {_parsed(t).elasticity_factor for c in containers for t in c.tasks}
+    return factors.pop() if len(factors) == 1 and not warmups else model.elasticity_factor
 
 
 def _locality_key(task: str) -> tuple[int, int, str]:
@@ -379,6 +448,10 @@ class Supervisor:
     autoscaler
         The autoscaler's settings, checked against the task count and kept
         in the store; None keeps the store's (off for a new store).
+    warm_ups
+        Whether a move's new owners start before their old owners stop
+        (KIP-441's warm-ups, the default); False launches each only once its
+        tasks are handed over (a *cold* move, for comparison).
     """
 
     def __init__(
@@ -395,8 +468,10 @@ class Supervisor:
         watch: PartitionWatch | None = None,
         partition_check_s: float = 300.0,
         autoscaler: AutoscalerConfig | None = None,
+        warm_ups: bool = True,
     ) -> None:
         self.shape = shape
+        self.warm_ups = warm_ups
         self.store = store
         self.launcher = launcher
         self.url = url
@@ -448,10 +523,14 @@ class Supervisor:
         # Inputs that grew (SEP-5) since the store was written are the same job: the
         # monitor takes the growth up; anything else would remap keys.
         grown = judge_counts(stored.planned, stored.partitions, shape.partitions)
-        if (stored.job, stored.elasticity_factor) != (
-            shape.name,
-            shape.elasticity_factor,
-        ) or grown.verdict == "refused":
+        # A live factor change makes the model's factor the job's; the definition may
+        # still say the one it was planned at.
+        factors = {stored.elasticity_factor, int(self.store.meta("plannedFactor") or 0)}
+        if (
+            stored.job != shape.name
+            or shape.elasticity_factor not in factors
+            or grown.verdict == "refused"
+        ):
             raise ArgumentError.invalid(
                 "--store",
                 f"the store of job {shape.name!r} with partitions {dict(shape.partitions)} and "
@@ -467,6 +546,7 @@ class Supervisor:
         with self.store.transaction() as db:
             self.store.set_meta(db, "job", self.shape.name)
             self.store.set_meta(db, "spec", self.shape.spec)
+            self.store.set_meta(db, "plannedFactor", str(self.shape.elasticity_factor))
             for tasks in chunks:
                 entries.append(self._new_container(db, tasks, ()))
             model = JobModel(
@@ -510,8 +590,22 @@ class Supervisor:
     def launch_pending(self) -> None:
         """Start every container that is launching, has no process yet, and waits for no one."""
         for record in list(self._records.values()):
-            if record.state == "launching" and record.pid is None and not self._waits(record):
+            if (
+                record.state == "launching"
+                and record.pid is None
+                and not self._waits(record)
+                and not self._cold(record.id)
+            ):
                 self._launch(record)
+
+    def _cold(self, container_id: str) -> bool:
+        """A new owner that, with warm-ups off, waits for its tasks to be handed over."""
+        return not self.warm_ups and self.model.warmup(container_id) is not None
+
+    def _ready(self, container_id: str) -> bool:
+        """Whether a new owner may take its tasks: warm, or cold (never launched)."""
+        record = self._records[container_id]
+        return record.state == "warm" or (self._cold(container_id) and record.pid is None)
 
     def _waits(self, record: ContainerRecord) -> bool:
         """Whether a predecessor retired by a handover may still write."""
@@ -971,74 +1065,181 @@ class Supervisor:
         self._policy = acted(self._policy, self.clock())
         return summary
 
-    def _leaving(self) -> list[ContainerModel]:
-        """Owners in the job model that hand tasks to a warm-up (all of theirs: sets move whole)."""
-        moving = {t for w in self.model.warmups for t in w.tasks}
-        return [c for c in self.model.containers if moving.intersection(c.tasks)]
+    def _move_groups(self) -> list[tuple[list[ContainerModel], list[ContainerModel]]]:
+        """The pending move in groups that move together: (warm-ups, the owners they take from).
+
+        Warm-ups that take tasks from a common owner share a group (that owner
+        stops once for all of them); owners hand all their tasks over. Groups
+        are in order of their first warm-up's id, and move one at a time, so
+        the rest of the job keeps running.
+        """
+        holders = _Holders(self.model.containers)
+        by_id = {c.container_id: c for c in self.model.containers}
+        groups: list[tuple[set[str], set[str]]] = []
+        for warm in self.model.warmups:
+            owners = holders.of(warm.tasks)
+            joined = [g for g in groups if g[1] & owners]
+            merged = ({warm.container_id}, set(owners))
+            for g in joined:
+                merged[0].update(g[0])
+                merged[1].update(g[1])
+                groups.remove(g)
+            groups.append(merged)
+        warm_by_id = {w.container_id: w for w in self.model.warmups}
+        ordered = sorted(groups, key=lambda g: min(g[0]))
+        return [
+            ([warm_by_id[w] for w in sorted(ws)], [by_id[o] for o in sorted(os_)])
+            for ws, os_ in ordered
+        ]
 
     def _advance_move(self) -> None:
-        """KIP-441's probing move, once every warm-up is ready; then hand the tasks over.
+        """KIP-441's probing move, one group at a time once its warm-ups are ready.
 
-        Three phases, each derived from the store, so a restarted coordinator
-        resumes where the last one was: warm-ups starting (wait); all warm
-        (stop the old owners: they finish their batch and exit); old owners
-        stopped or their leases out (the warm-ups own the tasks, from the old
-        owners' committed checkpoints).
+        Per group, three phases, each derived from the store, so a restarted
+        coordinator resumes where the last one was: warm-ups starting (wait);
+        all warm (stop the group's old owners: they finish their batch and
+        exit); old owners stopped or their leases out (the warm-ups own the
+        tasks, from the old owners' committed checkpoints). A group in its
+        last phase goes first; no other group starts moving meanwhile.
         """
-        warmups = self.model.warmups
-        if not warmups or any(self._records[w.container_id].state != "warm" for w in warmups):
+        groups = self._move_groups()
+        if not groups:
             return
-        leaving = self._leaving()
-        running = [self._records[c.container_id] for c in leaving]
+        moving = [
+            g for g in groups if any(self._records[o.container_id].state == "retired" for o in g[1])
+        ]
+        if moving:
+            warmups, owners = moving[0]
+            if any(self._records[o.container_id].state != "retired" for o in owners):
+                self._stop_owners(warmups, owners)  # a restart between the two transactions
+                return
+            self._reap_retired()
+            if not any(o.container_id in self._retired for o in owners):
+                self._hand_to(warmups, owners)
+            return
+        ready = next((g for g in groups if all(self._ready(w.container_id) for w in g[0])), None)
+        if ready is not None:
+            self._stop_owners(*ready)
+
+    def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
+        running = [self._records[o.container_id] for o in owners]
         running = [r for r in running if r.state != "retired"]
-        if running:
-            with self.store.transaction() as db:
-                for record in running:
-                    self.store.update_container(
-                        db, record.id, state="retired", ended_at=time.time()
-                    )
-                self.store.add_event(
-                    db,
-                    "move",
-                    detail=f"{len(warmups)} warm-ups ready: stopping "
-                    f"{', '.join(r.id for r in running)} at a batch boundary",
-                )
-            self._retire(running)
-            return
-        self._reap_retired()
-        if any(c.container_id in self._retired for c in leaving):
-            return
-        owner = {t: c.container_id for c in leaving for t in c.tasks}
+        with self.store.transaction() as db:
+            for record in running:
+                self.store.update_container(db, record.id, state="retired", ended_at=time.time())
+            self.store.add_event(
+                db,
+                "move",
+                detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
+                f"{', '.join(r.id for r in running)} at a batch boundary",
+            )
+        self._retire(running)
+
+    def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
+        holders = _Holders(owners)
         taking = []
         with self.store.transaction() as db:
             for warm in warmups:
+                previous = sorted(holders.of(warm.tasks))
                 sources = tuple(
                     dict.fromkeys(
-                        src for t in warm.tasks for src in self._sources_of(self._records[owner[t]])
+                        src for o in previous for src in self._sources_of(self._records[o])
                     )
                 )
                 taking.append(replace(warm, sources=sources))
-                self.store.update_container(db, warm.container_id, state="running")
-                self.store.update_container(db, warm.container_id, sources=sources)
+                # A cold new owner launches now, as any successor does.
+                state = (
+                    "running" if self._records[warm.container_id].state == "warm" else "launching"
+                )
+                self.store.update_container(db, warm.container_id, state=state, sources=sources)
                 self.store.add_event(
                     db,
                     "move",
                     warm.container_id,
-                    f"takes {len(warm.tasks)} tasks of "
-                    f"{', '.join(sorted({owner[t] for t in warm.tasks}))}",
+                    f"takes {len(warm.tasks)} tasks of {', '.join(previous)}",
                 )
-            gone = {c.container_id for c in leaving}
+            gone = {c.container_id for c in owners}
+            took = {w.container_id for w in warmups}
             staying = [c for c in self.model.containers if c.container_id not in gone]
+            left = tuple(w for w in self.model.warmups if w.container_id not in took)
             model = replace(
                 self.model,
                 version=self.model.version + 1,
                 containers=tuple(sorted([*staying, *taking], key=lambda c: c.container_id)),
-                warmups=(),
+                warmups=left,
+                elasticity_factor=_model_factor(self.model, [*staying, *taking], left),
             )
             self.store.save_model(db, model)
         for warm in taking:
-            self._set(warm.container_id, state="running", sources=warm.sources)
+            state = "running" if self._records[warm.container_id].state == "warm" else "launching"
+            self._set(warm.container_id, state=state, sources=warm.sources)
         self.model = model
+
+    def change_factor(self, factor: int, reason: str = "") -> str:
+        """Run the job at elasticity factor ``factor`` from now on, one container at a time.
+
+        Each container gets a warm-up that will own its keys at the new factor
+        (a split gives it its tasks' children; a merge gives each parent to
+        the first container, by generation, that holds one of its children).
+        The move then goes group by group (:meth:`_advance_move`): a group's
+        old owners stop at a batch boundary, and its warm-ups rescale their
+        committed checkpoints to the new factor and start, while the rest of
+        the job keeps running. Between groups the job runs at both factors,
+        each key in exactly one task.
+
+        Parameters
+        ----------
+        factor
+            The new factor, a power of two from 1 to 1024.
+        reason
+            Why, when the autoscaler asks (see :meth:`scale`).
+
+        Returns
+        -------
+        str
+            What will change, in one line.
+
+        Raises
+        ------
+        ArgumentError
+            Not a power of two from 1 to 1024, or the job's tasks have no key buckets.
+        ChangeRefusedError
+            Another change is under way.
+        """
+        factor = validate_elasticity_factor(factor, "elasticity_factor")
+        current = list(self.model.containers)
+        names = [_parsed(t) for c in current for t in c.tasks]
+        if names and names[0].kind is TaskKind.SINGLE:
+            raise ArgumentError.invalid(
+                "elasticity_factor",
+                "a job whose grouper has key buckets (AllSspToSingleTask has one task)",
+                factor,
+            )
+        self._refuse_if_busy()
+        old = self.model.elasticity_factor
+        if factor == old:
+            return f"already at elasticity factor {factor}: nothing to do"
+        sets = _tasks_at_factor(current, factor)
+        with self.store.transaction() as db:
+            warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
+            model = replace(
+                self.model,
+                version=self.model.version + 1,
+                warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
+            )
+            self.store.save_model(db, model)
+            summary = (
+                f"elasticity factor {old} -> {factor}: {len(warmups)} containers warm up to take "
+                f"over from {len(current)}, one group at a time (job model {model.version})"
+            )
+            self.store.add_event(
+                db,
+                "autoscale" if reason else "scale",
+                detail=f"{reason}; {summary}" if reason else summary,
+            )
+        self.model = model
+        self._policy = acted(self._policy, self.clock())
+        return summary
 
     def _refuse_if_busy(self) -> None:
         if self.model.warmups:

@@ -182,24 +182,32 @@ def test_bad_requests_change_nothing_holds_are_told_once_and_a_pin_acts(
     assert "autoscaler pinned at 3 containers" in details
 
 
-def test_a_stateful_job_holds_saying_why_it_cannot_act(tmp_path: Path) -> None:
+def test_a_stateful_job_scales_through_warm_ups_and_holds_while_they_warm(
+    tmp_path: Path,
+) -> None:
     stateful = JobShape(**{**shape(tmp_path).__dict__, "stateful": True})
-    c = Coordinator(tmp_path, job_shape=stateful, autoscaler=AutoscalerConfig(pinned=3))
+    c = Coordinator(
+        tmp_path,
+        job_shape=stateful,
+        autoscaler=AutoscalerConfig(pinned=3),
+        env={"STANDIN_WARM_GATE": str(tmp_path / "warm")},
+    )
     try:
         with c.server.running_in_thread():
-            wait_until("a refused hold", lambda: decided(c) == "refused")
-            evaluations_for(c, 0.6)  # more ticks that would scale and are refused
-            status = c.status()
+            wait_until("a move under way", lambda: model(c)["warmups"])
+            evaluations_for(c, 0.6)  # more ticks that would scale and are refused meanwhile
+            details = [e["detail"] for e in c.status()["events"] if e["kind"] == "autoscale"]
+            assert sum("pinned at 3 containers; 2 -> 3 containers" in d for d in details) == 1
+            # Told once per reason (first the containers starting, then the move), not per tick.
+            refused = [d.split("refused: ")[-1].split(" (")[0] for d in details if "(refused)" in d]
+            assert len(refused) == len(set(refused))
+            assert "a move is under way" in refused
+            # The old owners keep every task until the new ones are warm.
             assert len(model(c)["containers"]) == 2
-            refused = [
-                e["detail"]
-                for e in status["events"]
-                if e["kind"] == "autoscale" and "(refused)" in e["detail"]
-            ]
-            assert len(refused) == 1
-            assert (
-                "scale-out to 3 wanted (pinned at 3 containers); refused: containers: a "
-                "stateful job cannot be scaled live yet" in refused[0]
+            (tmp_path / "warm").touch()
+            wait_until(
+                "the new owners own their tasks",
+                lambda: (m := model(c))["warmups"] == [] and len(m["containers"]) == 3,
             )
     finally:
         c.kill_all()

@@ -287,67 +287,6 @@ def test_three_containers_run_like_one_query_fence_a_paused_one_and_lose_nothing
     assert job.output_rows() == reference_rows(spark, clicks)
 
 
-def test_two_containers_run_like_one_query_carry_on_under_a_restarted_coordinator_and_scale_2_3_2(
-    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
-) -> None:
-    job = start_job(containers=2)
-    running = wait_until(
-        "two running containers",
-        lambda: len(job.running_containers()) == 2 and job.running_containers(),
-    )
-    model = job.job_model()
-    # First, two containers run a stateful job like one query.
-    tasks = [set(c["tasks"]) for c in model["containers"]]
-    assert len(tasks) == 2
-    assert tasks[0].isdisjoint(tasks[1])
-    assert len(tasks[0] | tasks[1]) == 8
-    # Each container reads only its tasks' partitions: one of the two each.
-    assert {t.split("_")[0] for t in tasks[0]} != {t.split("_")[0] for t in tasks[1]}
-    wait_until("every record applied", all_applied(job, RECORDS))
-    assert job.output_rows() == reference_rows(spark, clicks)
-    # Then the coordinator dies and comes back while records keep arriving.
-    job.process.send_signal(signal.SIGKILL)
-    job.process.wait(30)
-    produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
-    # Back on the same address: the containers have been retrying it all along.
-    port = int(job.url.rsplit(":", 1)[1])
-    again = start_job(containers=2, store=clicks / "coordinator.db", port=port)
-    again.pids.update(running.values())
-    assert again.job_model()["containers"] == model["containers"]
-    wait_until("every record applied", all_applied(again, RECORDS + 2000), timeout=240)
-    # The same processes did the work: nothing was relaunched or failed over.
-    assert again.running_containers() == running
-    assert all(alive(pid) for pid in running.values())
-    assert again.output_rows() == reference_rows(spark, clicks)
-
-    # Then it is scaled out and back in while it runs: stateful tasks move with their state.
-    total = RECORDS + 2000
-    for containers in (3, 2):
-        before = again.job_model()
-        scaled = run_cli("job", "scale", again.url, "--containers", str(containers))
-        assert scaled.returncode == 0, scaled.stderr
-        pending = again.job_model()
-        # KIP-441: new owners warm up while the old ones keep every task.
-        assert pending["warmups"]
-        assert pending["containers"] == before["containers"]
-        produce(EmbeddedLog(clicks / "log"), total, 1500)
-        total += 1500
-        wait_until(
-            f"{containers} containers own the tasks",
-            lambda n=containers: (
-                (m := again.job_model())["warmups"] == [] and len(m["containers"]) == n
-            ),
-            timeout=240,
-        )
-        tasks = [t for c in again.job_model()["containers"] for t in c["tasks"]]
-        assert sorted(tasks) == sorted(t for c in model["containers"] for t in c["tasks"])
-        wait_until("every record applied", all_applied(again, total), timeout=240)
-        again.status()  # records the new containers' pids for cleanup
-    kinds = [e["kind"] for e in again.status()["events"]]
-    assert kinds.count("warm") >= 2
-    assert again.output_rows() == reference_rows(spark, clicks)
-
-
 def counts_in_key_order(
     spark: SparkSession, root: Path, planned: int
 ) -> set[tuple[str, int, int, int]]:
@@ -378,19 +317,86 @@ def counts_in_key_order(
     }
 
 
-def test_a_stateful_job_follows_growth_in_key_order_with_state_intact(
+def test_a_stateful_job_survives_a_coordinator_restart_then_grows_and_changes_live(
     spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
-    job = start_job(2, None, 0, "--partition-check-ms", "500")
+    # One start-up for every live change of a stateful job (the suite's budget). Every
+    # running count is checked at the end against a single key-ordered pass over the log.
+    options = ("--partition-check-ms", "500")
+    job = start_job(2, None, 0, *options)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+    model = job.job_model()
+    # Two containers run the job like one query, each reading one of the two partitions.
+    tasks = [set(c["tasks"]) for c in model["containers"]]
+    assert len(tasks) == 2
+    assert tasks[0].isdisjoint(tasks[1])
+    assert len(tasks[0] | tasks[1]) == 8
+    assert {t.split("_")[0] for t in tasks[0]} != {t.split("_")[0] for t in tasks[1]}
+    wait_until("every record applied", all_applied(job, RECORDS))
+
+    # The coordinator dies and comes back while records keep arriving.
+    job.process.send_signal(signal.SIGKILL)
+    job.process.wait(30)
     log = EmbeddedLog(clicks / "log")
-    log.grow("clicks", 4)  # the RECORDS backlog waits in partitions 0 and 1
-    produce(log, RECORDS, 3000)
+    produce(log, RECORDS, 2000)
+    total = RECORDS + 2000
+    # Back on the same address: the containers have been retrying it all along.
+    port = int(job.url.rsplit(":", 1)[1])
+    again = start_job(2, clicks / "coordinator.db", port, *options)
+    again.pids.update(running.values())
+    assert again.job_model()["containers"] == model["containers"]
+    wait_until("every record applied", all_applied(again, total), timeout=240)
+    # The same processes did the work: nothing was relaunched or failed over.
+    assert again.running_containers() == running
+    assert all(alive(pid) for pid in running.values())
+
+    # The topic grows 2 -> 4 with a backlog in the old partitions (SEP-5).
+    produce(log, total, 4000)
+    log.grow("clicks", 4)
+    produce(log, total + 4000, 2000)
+    total += 6000
     wait_until(
         "the job model grown to 4 partitions",
-        lambda: job.job_model()["partitions"] == {"clicks": 4},
+        lambda: again.job_model()["partitions"] == {"clicks": 4},
         timeout=240,
     )
-    wait_until("every record applied", all_applied(job, RECORDS + 3000), timeout=240)
-    # Every running count equals the one of a key-ordered single pass: nothing lost, nothing
-    # applied twice, the old partition's records of each key before its new partition's.
-    assert job.output_rows() == counts_in_key_order(spark, clicks, planned=2)
+    wait_until("every record applied", all_applied(again, total), timeout=240)
+
+    # Then, while records arrive: 2 -> 3 containers, a split to factor 8, 3 -> 2
+    # containers, a merge back to 4, each asked for as soon as the last one was made (the
+    # new owners may still be starting). Keyed state moves with its tasks every time.
+    for option, value, containers, factor in (
+        ("--containers", 3, 3, 4),
+        ("--elasticity-factor", 8, 3, 8),
+        ("--containers", 2, 2, 8),
+        ("--elasticity-factor", 4, 2, 4),
+    ):
+        before = again.job_model()
+        scaled = run_cli("job", "scale", again.url, option, str(value))
+        assert scaled.returncode == 0, scaled.stderr
+        pending = again.job_model()
+        # KIP-441: new owners warm up while the old ones keep every task.
+        assert pending["warmups"]
+        assert pending["containers"] == before["containers"]
+        produce(log, total, 1000)  # for the old owners, meanwhile
+        total += 1000
+        after = wait_until(
+            f"{containers} containers at factor {factor}",
+            lambda n=containers: (
+                (m := again.job_model())["warmups"] == [] and len(m["containers"]) == n and m
+            ),
+            timeout=300,
+        )
+        assert after["elasticityFactor"] == factor
+        moved = sorted(t for c in after["containers"] for t in c["tasks"])
+        assert moved == sorted(f"Partition {p}_{b}_{factor}" for p in (0, 1) for b in range(factor))
+        again.status()  # records the new containers' pids for cleanup
+    produce(log, total, 1000)  # for the last owners, with the state they took over
+    total += 1000
+    wait_until("every record applied", all_applied(again, total), timeout=240)
+    # Nothing lost, nothing applied twice, each key's records in order: its old partition's
+    # records before its new partition's, each in offset order.
+    assert again.output_rows() == counts_in_key_order(spark, clicks, planned=2)

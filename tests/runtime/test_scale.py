@@ -292,3 +292,113 @@ def test_a_move_goes_on_after_a_warm_up_dies_and_after_a_coordinator_restart(
             wait_until("3 running containers", lambda: len(second.running()) == 3)
     finally:
         first.kill_all()
+
+
+def factors(m: dict[str, Any]) -> set[int]:
+    return {int(t.rsplit("_", 1)[1]) for c in m["containers"] for t in c["tasks"]}
+
+
+def test_a_live_factor_change_moves_one_container_at_a_time_and_each_key_has_one_owner(
+    stateful: Coordinator, tmp_path: Path
+) -> None:
+    four = model(stateful)
+    status, reply = call(f"{stateful.url}/scale", {"elasticityFactor": 8})
+    assert status == 200, reply
+    assert "elasticity factor 4 -> 8" in reply["summary"]
+    pending = model(stateful)
+    assert pending["containers"] == four["containers"]
+    # Each container's warm-up takes its tasks' children at the new factor.
+    for old, warm in zip(four["containers"], pending["warmups"], strict=True):
+        children = {
+            f"{t.rsplit('_', 2)[0]}_{int(t.split('_')[1]) + j}_8"
+            for t in old["tasks"]
+            for j in (0, 4)
+        }
+        assert set(warm["tasks"]) == children
+    refused = call(f"{stateful.url}/scale", {"containers": 3})
+    assert refused[0] == 409
+
+    (tmp_path / "warm").touch()
+    eight = wait_until("the job at factor 8", lambda: (m := model(stateful))["warmups"] == [] and m)
+    assert eight["elasticityFactor"] == 8
+    assert sorted(t for c in eight["containers"] for t in c["tasks"]) == sorted(
+        f"Partition {p}_{b}_8" for p in range(3) for b in range(8)
+    )
+    # One group at a time: a model in between ran one container at each factor.
+    store = stateful.supervisor.store
+    between = [store.model(v).to_json() for v in store.model_versions()]  # type: ignore[union-attr]
+    assert any(factors(m) == {4, 8} for m in between)
+    for m in between:  # never a key without an owner, never one with two
+        owned = [
+            (t.rsplit("_", 2)[0], b)
+            for c in m["containers"]
+            for t in c["tasks"]
+            for b in range(8)
+            if b % int(t.rsplit("_", 1)[1]) == int(t.split("_")[1])
+        ]
+        assert len(owned) == len(set(owned)) == 24
+
+    # Merge back: each parent goes to one container; the factor is 4 again.
+    wait_until("2 running containers", lambda: len(stateful.running()) == 2)
+    started(stateful)
+    assert call(f"{stateful.url}/scale", {"elasticityFactor": 4})[0] == 200
+    back = wait_until("the job at factor 4", lambda: (m := model(stateful))["warmups"] == [] and m)
+    assert back["elasticityFactor"] == 4
+    assert sorted(t for c in back["containers"] for t in c["tasks"]) == sorted(TASKS)
+
+
+@pytest.mark.parametrize(
+    ("factor", "needle"),
+    [
+        (3, "elasticity_factor: expected a power of two from 1 to 1024"),
+        (2048, "elasticity_factor: expected a power of two from 1 to 1024"),
+        (True, "elasticity_factor: expected an int power of two"),
+    ],
+)
+def test_a_bad_factor_is_one_line_and_changes_nothing(
+    coordinator: Coordinator, factor: object, needle: str
+) -> None:
+    wait_until("two containers", lambda: len(coordinator.running()) == 2)
+    status, reply = call(f"{coordinator.url}/scale", {"elasticityFactor": factor})
+    assert status == 400
+    assert needle in reply["error"]
+    assert model(coordinator)["warmups"] == []
+    assert "scale" not in [e["kind"] for e in coordinator.status()["events"]]
+    one_line_error(
+        run_cli("job", "scale", coordinator.url, "--elasticity-factor", "3"),
+        "--elasticity-factor",
+    )
+
+
+def test_with_warm_ups_off_a_new_owner_launches_only_after_its_old_owners_stopped(
+    tmp_path: Path,
+) -> None:
+    base = shape(tmp_path)
+    c = Coordinator(
+        tmp_path, job_shape=JobShape(**{**base.__dict__, "stateful": True}), warm_ups=False
+    )
+    try:
+        with c.server.running_in_thread():
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            started(c)
+            two = model(c)
+            assert call(f"{c.url}/scale", {"containers": 3})[0] == 200
+            three = wait_until(
+                "the new owners own their tasks",
+                lambda: (m := model(c))["warmups"] == [] and len(m["containers"]) == 3 and m,
+            )
+            check_moves(two, three, 3)
+            wait_until("3 running containers", lambda: len(c.running()) == 3)
+            events = list(reversed(c.status()["events"]))  # oldest first
+            stopping = next(i for i, e in enumerate(events) if e["kind"] == "move")
+            new = {x["containerId"] for x in three["containers"]} - {
+                x["containerId"] for x in two["containers"]
+            }
+            launches = [
+                i for i, e in enumerate(events) if e["kind"] == "launch" and e["container"] in new
+            ]
+            assert launches
+            assert min(launches) > stopping
+            assert "warm" not in [e["kind"] for e in events]
+    finally:
+        c.kill_all()

@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_coordinator import Coordinator, wait_until
+from test_coordinator import Coordinator, call, shape, wait_until
+from test_scale import started
+
+from spark_elastic.runtime.supervisor import JobShape
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -69,3 +72,27 @@ def test_the_status_page_renders_containers_tasks_leases_and_events(
     shot = tmp_path / "page.png"
     render(browser, f"{coordinator.url}/", f"--screenshot={shot}", "--window-size=1200,900")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_status_page_shows_warm_ups_and_the_pending_move(browser: str, tmp_path: Path) -> None:
+    c = Coordinator(
+        tmp_path,
+        job_shape=JobShape(**{**shape(tmp_path).__dict__, "stateful": True}),
+        env={"STANDIN_WARM_GATE": str(tmp_path / "warm")},
+    )
+    try:
+        with c.server.running_in_thread():
+            wait_until("two registered containers", lambda: len(c.running()) == 2)
+            started(c)
+            assert call(f"{c.url}/scale", {"containers": 3})[0] == 200
+            dom = render(browser, f"{c.url}/", "--dump-dom").stdout
+            assert "Pending move: warming up" in dom
+            warmups = [w["containerId"] for w in c.status()["move"]["warmups"]]
+            assert all(w in dom for w in warmups)
+            (tmp_path / "warm").touch()
+            wait_until("the move made", lambda: c.status()["move"] is None)
+            dom = render(browser, f"{c.url}/", "--dump-dom").stdout
+            assert "No move pending." in dom
+            assert "ready: stopping" in dom  # the probing move's event
+    finally:
+        c.kill_all()

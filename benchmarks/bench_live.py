@@ -1,0 +1,276 @@
+"""Changing a running stateful job: the stall of a moved task, and a live factor change.
+
+Real processes on the embedded log: ``spark-elastic job run`` (a coordinator
+launching containers, each its own Spark application) runs the click-count
+job of ``examples/jobs/click_counts.py`` over 2 partitions at factor 4. Once
+its keyed state holds the given number of keys, a producer keeps about
+200 records a second arriving, and the job is changed while it runs:
+
+``stall``
+    ``job scale --containers 3`` (2 -> 3): every task moves. A moved task's
+    stall is the time from its old owner's last committed batch to its new
+    owner's first published batch, with KIP-441 warm-ups (the default: the
+    new owner's Spark application starts while the old one runs) and with a
+    cold move (``job run --cold-moves``: the new owner starts after the old
+    one stopped), which is what stopping and restarting on a rescaled
+    checkpoint costs a user.
+``factor``
+    ``job scale --elasticity-factor 8`` then ``4`` (a live split, then a
+    merge), with warm-ups: each group's zero-output time as above, and the
+    longest time the *whole job* published nothing.
+
+Run (about 20 minutes; nothing else should load the machine)::
+
+    .venv/bin/python benchmarks/bench_live.py
+    .venv/bin/python benchmarks/bench_live.py --keys 10000 --sections stall   # one case
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from spark_elastic import EmbeddedLog
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
+BUILD_BATCH = 100_000
+"""Records per micro-batch while the state is built (the steady trickle is far smaller)."""
+TRICKLE_PER_S = 200
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_until(what: str, condition: Any, timeout: float = 1800.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            value = condition()
+            if value:
+                return value
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Trickle(threading.Thread):
+    """Keeps records arriving for existing users, so every container has batches to run."""
+
+    def __init__(self, log: EmbeddedLog, keys: int) -> None:
+        super().__init__(daemon=True)
+        self.log, self.keys, self.stopping = log, keys, threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        with self.log.producer("clicks") as producer:
+            while not self.stopping.wait(0.1):
+                batch = [f"user-{(i + j) * 7919 % self.keys}".encode() for j in range(20)]
+                producer.send_many(batch, [b"x"] * len(batch))
+                i += len(batch)
+
+
+class RunningJob:
+    """``spark-elastic job run`` in its own process, and what it launched."""
+
+    def __init__(self, root: Path, cold: bool) -> None:
+        env = {
+            **os.environ,
+            "CLICKS_ROOT": str(root),
+            "CLICKS_BATCH": str(BUILD_BATCH),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        command = [
+            sys.executable,
+            *("-m", "spark_elastic", "job", "run", JOB, "--containers", "2", "--port", "0"),
+            *(["--cold-moves"] if cold else []),
+        ]
+        self.log_file = (root / "coordinator.log").open("w")
+        self.process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=self.log_file, text=True
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        self.url = line[line.index("http://") :].strip().rstrip("/")
+        self.root = root
+
+    def status(self) -> dict[str, Any]:
+        return get_json(f"{self.url}/status.json")  # type: ignore[no-any-return]
+
+    def model(self) -> dict[str, Any]:
+        return get_json(f"{self.url}/jobModel")  # type: ignore[no-any-return]
+
+    def caught_up(self) -> bool:
+        lags = [t["lag"] for t in self.status()["tasks"]]
+        return bool(lags) and all(lag == 0 for lag in lags)
+
+    def scale(self, *option: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "spark_elastic", "job", "scale", self.url, *option],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(120)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log_file.close()
+
+
+def published(out: Path, container: str) -> list[float]:
+    """Times a container published batches (its sink's ``_SUCCESS`` markers), ascending."""
+    return sorted(p.stat().st_mtime for p in out.glob(f"container={container}/*/*/_SUCCESS"))
+
+
+def last_commit(checkpoint: str) -> float:
+    commits = [p for p in Path(checkpoint, "commits").glob("[0-9]*") if p.is_file()]
+    return max(p.stat().st_mtime for p in commits)
+
+
+def build_state(root: Path, keys: int, cold: bool) -> tuple[RunningJob, EmbeddedLog]:
+    log = EmbeddedLog(root / "log", fsync=False)
+    log.create_topic("clicks", 2)
+    with log.producer("clicks") as producer:
+        for start in range(0, keys, 50_000):
+            users = [f"user-{i}".encode() for i in range(start, min(start + 50_000, keys))]
+            producer.send_many(users, [b"x"] * len(users))
+    job = RunningJob(root, cold)
+    started = time.monotonic()
+    wait_until(f"{keys} keys of state built", job.caught_up)
+    print(f"    built {keys} keys of state in {time.monotonic() - started:.0f} s", flush=True)
+    return job, log
+
+
+def moves(job: RunningJob, before: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each new owner's stall: old owners' last commit to its first published batch."""
+    old = {c["containerId"] for c in before["containers"]}
+    after = job.model()
+    result = []
+    for c in after["containers"]:
+        if c["containerId"] in old:
+            continue
+        first = wait_until(
+            f"{c['containerId']}'s first batch",
+            lambda c=c: published(job.root / "out", c["containerId"]),
+        )[0]
+        stopped = max(last_commit(s) for s in c["sources"])
+        result.append(
+            {"container": c["containerId"], "tasks": len(c["tasks"]), "stall": first - stopped}
+        )
+    return result
+
+
+def job_gap(job: RunningJob, since: float, until: float) -> float:
+    """The longest time in [since, until] in which no container published a batch."""
+    times = sorted(
+        t
+        for p in (job.root / "out").glob("container=*")
+        for t in published(job.root / "out", p.name.split("=", 1)[1])
+        if since <= t <= until
+    )
+    edges = [since, *times, until]
+    return max(b - a for a, b in itertools.pairwise(edges))
+
+
+def change(job: RunningJob, *option: str) -> tuple[list[dict[str, Any]], float, float]:
+    before = job.model()
+    asked = time.time()
+    print(f"    {job.scale(*option)}", flush=True)
+    wait_until("the change made", lambda: job.model()["warmups"] == [] and job.model() != before)
+    result = moves(job, before)
+    done = time.time()
+    time.sleep(3)  # a few batches after the change, so the last gap is closed by a batch
+    return result, done - asked, job_gap(job, asked, done)
+
+
+def stall_case(keys: int, cold: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+        job, log = build_state(Path(tmp), keys, cold)
+        trickle = Trickle(log, keys)
+        trickle.start()
+        try:
+            time.sleep(5)  # steady batches before the change
+            result, took, _ = change(job, "--containers", "3")
+        finally:
+            trickle.stopping.set()
+            job.stop()
+    stalls = [m["stall"] for m in result]
+    return {"keys": keys, "mode": "cold" if cold else "warm-up", "stalls": stalls, "took": took}
+
+
+def factor_case(keys: int) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+        job, log = build_state(Path(tmp), keys, cold=False)
+        trickle = Trickle(log, keys)
+        trickle.start()
+        try:
+            time.sleep(5)
+            for factor in ("8", "4"):
+                result, took, gap = change(job, "--elasticity-factor", factor)
+                rows.append(
+                    {
+                        "change": f"factor -> {factor}",
+                        "stalls": [m["stall"] for m in result],
+                        "took": took,
+                        "job_gap": gap,
+                    }
+                )
+        finally:
+            trickle.stopping.set()
+            job.stop()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", default="10000,1000000", help="comma-separated key counts")
+    parser.add_argument("--sections", default="stall,factor", help="stall, factor")
+    args = parser.parse_args()
+    keys = [int(k) for k in args.keys.split(",")]
+    sections = set(args.sections.split(","))
+    print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions, factor 4", flush=True)
+    if "stall" in sections:
+        print("\nstall of a moved task, 2 -> 3 containers (every task moves):", flush=True)
+        for k in keys:
+            for cold in (False, True):
+                row = stall_case(k, cold)
+                stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
+                print(
+                    f"  {k:>9} keys  {row['mode']:<8} stall per new owner {stalls} s "
+                    f"(max {max(row['stalls']):.1f} s); change made in {row['took']:.0f} s",
+                    flush=True,
+                )
+    if "factor" in sections:
+        k = max(keys)
+        print(f"\nlive factor change with {k} keys (2 containers, warm-ups):", flush=True)
+        for row in factor_case(k):
+            stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
+            print(
+                f"  {row['change']:<12} zero output per group {stalls} s; whole job's longest "
+                f"gap {row['job_gap']:.1f} s; change made in {row['took']:.0f} s",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
