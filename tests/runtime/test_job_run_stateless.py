@@ -142,47 +142,11 @@ def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-def test_a_topic_grown_while_running_is_followed_in_key_order(
+def test_three_containers_read_each_record_once_scale_3_2_3_then_follow_growth_in_key_order(
     spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
-    job = run_job(2, "--partition-check-ms", "500")
-    log = EmbeddedLog(clicks / "log")
-    log.grow("clicks", 4)  # a backlog of RECORDS waits in the old partitions
-    produce(log, RECORDS, 3000)  # these keys now hash over 4 partitions
-    model = wait_until(
-        "the job model grown to 4 partitions",
-        lambda: (m := job.job_model())["partitions"] == {"clicks": 4} and m,
-        timeout=240,
-    )
-    assert model["plannedPartitions"] == {"clicks": 2}
-    # Same eight virtual tasks: partitions 2 and 3 joined the tasks of 0 and 1.
-    expected = reference(spark, clicks, partitions=4)
-    assert {task for *_, task in expected} == {t for c in model["containers"] for t in c["tasks"]}
-    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
-    assert set(tagged_rows(clicks / "tasks-out")) == expected
-
-    # Per key: the records it had in its old partition (0 or 1) were all published before
-    # any of its records in a new one (2 or 3), which only the successors read.
-    first_new: dict[str, tuple[int, int]] = {}
-    last_old: dict[str, tuple[int, int]] = {}
-    for user, partition, _, generation, batch in published_rows(clicks / "tasks-out"):
-        when = (generation, batch)
-        if partition >= 2:
-            first_new[user] = min(first_new.get(user, when), when)
-        else:
-            last_old[user] = max(last_old.get(user, when), when)
-    assert first_new, "no record was read from a new partition"
-    out_of_order = [u for u in first_new if u in last_old and last_old[u] >= first_new[u]]
-    assert out_of_order == []
-    events = [e["kind"] for e in job.status()["events"]]
-    assert events.count("handover") == 2
-
-
-def test_three_containers_read_each_record_once_then_scaled_3_2_3_lose_none(
-    spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
-) -> None:
-    # One start-up for both stories (the suite's budget): reading, then live scaling.
-    job = run_job(3)
+    # One start-up for three stories (the suite's budget): reading, live scaling, growth.
+    job = run_job(3, "--partition-check-ms", "500")
     check_against_reference(spark, job, clicks)
 
     def running() -> list[dict[str, Any]]:
@@ -238,3 +202,35 @@ def test_three_containers_read_each_record_once_then_scaled_3_2_3_lose_none(
     wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
     assert set(tagged_rows(clicks / "tasks-out")) == expected
     assert [e["kind"] for e in job.status()["events"]].count("scale") == 2
+
+    # The topic grows 2 -> 4 with a backlog in the old partitions (SEP-5).
+    produce(log, produced, 4000)
+    log.grow("clicks", 4)
+    produce(log, produced + 4000, 3000)  # these keys now hash over 4 partitions
+    model = wait_until(
+        "the job model grown to 4 partitions",
+        lambda: (m := job.job_model())["partitions"] == {"clicks": 4} and m,
+        timeout=240,
+    )
+    assert model["plannedPartitions"] == {"clicks": 2}
+    # Same eight virtual tasks: partitions 2 and 3 joined the tasks of 0 and 1.
+    expected = reference(spark, clicks, partitions=4)
+    assert {task for *_, task in expected} == {t for c in model["containers"] for t in c["tasks"]}
+    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
+    assert set(tagged_rows(clicks / "tasks-out")) == expected
+
+    # Per key: the records it had in its old partition (0 or 1) were all published before
+    # any of its records in a new one (2 or 3), which only the successors read.
+    first_new: dict[str, tuple[int, int]] = {}
+    last_old: dict[str, tuple[int, int]] = {}
+    for user, partition, _, generation, batch in published_rows(clicks / "tasks-out"):
+        when = (generation, batch)
+        if partition >= 2:
+            first_new[user] = min(first_new.get(user, when), when)
+        else:
+            last_old[user] = max(last_old.get(user, when), when)
+    assert first_new, "no record was read from a new partition"
+    out_of_order = [u for u in first_new if u in last_old and last_old[u] >= first_new[u]]
+    assert out_of_order == []
+    events = [e["kind"] for e in job.status()["events"]]
+    assert events.count("handover") == 3  # every container of the 3 hands over
