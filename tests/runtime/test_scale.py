@@ -402,3 +402,50 @@ def test_with_warm_ups_off_a_new_owner_launches_only_after_its_old_owners_stoppe
             assert "warm" not in [e["kind"] for e in events]
     finally:
         c.kill_all()
+
+
+def test_an_owner_dying_mid_move_is_replaced_and_its_new_owner_starts_from_committed_work(
+    stateful: Coordinator, tmp_path: Path
+) -> None:
+    two = model(stateful)
+    owners = stateful.running()
+    assert call(f"{stateful.url}/scale", {"containers": 3})[0] == 200
+    # An old owner dies while the warm-ups start: it fails over as usual.
+    victim = sorted(owners)[0]
+    victim_checkpoint = next(
+        c["checkpoint"] for c in two["containers"] if c["containerId"] == victim
+    )
+    stateful.launcher.kill(owners[victim], victim, signal.SIGKILL)
+    heir = wait_until(
+        "the dead owner's successor",
+        lambda: next(
+            (c for c in model(stateful)["containers"] if victim_checkpoint in c["sources"]), None
+        ),
+    )
+    assert model(stateful)["warmups"]  # the move is still pending
+    (tmp_path / "warm").touch()
+    three = wait_until(
+        "the warm-ups to own their tasks",
+        lambda: (m := model(stateful))["warmups"] == [] and len(m["containers"]) == 3 and m,
+    )
+    # The successor never committed a batch, so the warm-ups take what it was given.
+    taken = {s for c in three["containers"] for s in c["sources"]}
+    assert victim_checkpoint in taken
+    assert heir["checkpoint"] not in taken
+    # A new owner that dies before its first commit hands on the same committed work.
+    wait_until("3 running containers", lambda: len(stateful.running()) == 3)
+    first = three["containers"][0]
+    pid = stateful.running()[first["containerId"]]
+    stateful.launcher.kill(pid, first["containerId"], signal.SIGKILL)
+    again = wait_until(
+        "its successor",
+        lambda: next(
+            (
+                c
+                for c in model(stateful)["containers"]
+                if c["tasks"] == first["tasks"] and c["containerId"] != first["containerId"]
+            ),
+            None,
+        ),
+    )
+    assert again["sources"] == first["sources"]
