@@ -33,8 +33,14 @@ The recipe, in small steps:
    :mod:`.autoscaler` judges each task's lag (from its current owner) and
    each container's processing rate (from its progress reports, as received)
    and the supervisor carries out what it decides through :meth:`Supervisor.scale`;
-   a refusal (a stateful job, a change under way) becomes a hold. Its
-   settings live in the store, so a restarted coordinator keeps a pin.
+   a refusal (a change under way) becomes a hold. Its settings live in the
+   store, so a restarted coordinator keeps a pin.
+7. **Move (KIP-441).** A stateful scale or a factor change first launches
+   the new owners as warm-ups (``JobModel.warmups``) while the old owners run
+   every task; each tick, :meth:`Supervisor._advance_move` moves one group
+   (warm-ups sharing an old owner) once all its warm-ups are ready: it stops
+   the group's old owners, then, once they are gone, hands the warm-ups their
+   tasks with the old owners' checkpoints as sources.
 """
 
 from __future__ import annotations

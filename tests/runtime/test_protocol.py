@@ -42,6 +42,30 @@ def test_a_task_owned_by_two_containers_is_refused() -> None:
         JobModel.from_json(document)
 
 
+def test_warm_ups_round_trip_and_a_model_without_them_has_none() -> None:
+    warming = JobModel(
+        **{
+            **MODEL.__dict__,
+            "warmups": (
+                ContainerModel("clicks-c5", ("Partition 0_0_4", "Partition 0_2_4"), 5, "/cp/5"),
+            ),
+        }
+    )
+    assert JobModel.from_json(warming.to_json()) == warming
+    assert warming.warmup("clicks-c5") is not None
+    assert warming.warmup("clicks-c1") is None
+    stored_before = {k: v for k, v in MODEL.to_json().items() if k != "warmups"}
+    assert JobModel.from_json(stored_before).warmups == ()
+    twice = warming.to_json()
+    twice["warmups"].append({**twice["warmups"][0], "containerId": "clicks-c6"})
+    with pytest.raises(ProtocolError, match="warm-ups 'clicks-c5' and 'clicks-c6' both take"):
+        JobModel.from_json(twice)
+    same_id = warming.to_json()
+    same_id["warmups"][0]["containerId"] = "clicks-c1"
+    with pytest.raises(ProtocolError, match="container 'clicks-c1' appears twice"):
+        JobModel.from_json(same_id)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
