@@ -771,12 +771,17 @@ def run_container(settings: ContainerSettings) -> int:
     # The tasks are those planned for the planned counts; after SEP-5 growth a new
     # partition joins the tasks of its partition modulo the planned count.
     plan = grown_plan(job.grouper, _factor_of(mine, job), model.planned, model.partitions)
+    # From here to the first commit is this container's share of a moved task's stall.
+    given = time.monotonic()
     if spark is None:
         spark = _job_session(job, module, settings)
     starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
     query = _start_query(spark, job, plan, mine, lease, settings, starts)
-    _log(f"running tasks {', '.join(mine.tasks)} in generation {mine.generation}")
-    code = _supervise(query, job, plan, mine, client, stop, dead)
+    _log(
+        f"running tasks {', '.join(mine.tasks)} in generation {mine.generation} "
+        f"({time.monotonic() - given:.1f} s after they were given)"
+    )
+    code = _supervise(query, job, plan, mine, client, stop, dead, given)
     beats.stopping.set()
     _stop_within(query, settings.shutdown_s)
     return code
@@ -790,6 +795,7 @@ def _supervise(
     client: CoordinatorClient,
     stop: threading.Event,
     dead: threading.Event,
+    given: float,
 ) -> int:
     """Report committed batches until asked to stop, fenced, or the query ends."""
     # Spark also reports idle triggers, under the id of the batch that has not run yet; the
@@ -811,6 +817,11 @@ def _supervise(
             batch, at = progress.get("batchId"), progress.get("timestamp")
             if not isinstance(batch, int) or not isinstance(at, str) or at <= reported:
                 continue
+            if not reported:
+                _log(
+                    f"first batch {batch} done {time.monotonic() - given:.1f} s after the tasks "
+                    "were given"
+                )
             reported = at
             try:
                 reply = client.progress(build_report(job, plan, mine, progress))

@@ -1052,6 +1052,7 @@ class Supervisor:
         """Launch the successors of a stateful scale as warm-ups; the old owners keep running."""
         with self.store.transaction() as db:
             warmups = [self._new_container(db, task_set, ()) for task_set in new_sets]
+            self._mark_move(db, warmups)
             model = replace(
                 self.model,
                 version=self.model.version + 1,
@@ -1070,6 +1071,11 @@ class Supervisor:
         self.model = model
         self._policy = acted(self._policy, self.clock())
         return summary
+
+    def _mark_move(self, db: Any, warmups: Sequence[ContainerModel]) -> None:
+        """Remember where this move's generations start (its new owners are from there on)."""
+        if warmups:
+            self.store.set_meta(db, "moveFrom", str(min(w.generation for w in warmups)))
 
     def _move_groups(self) -> list[tuple[list[ContainerModel], list[ContainerModel]]]:
         """The pending move in groups that move together: (warm-ups, the owners they take from).
@@ -1106,7 +1112,9 @@ class Supervisor:
         all warm (stop the group's old owners: they finish their batch and
         exit); old owners stopped or their leases out (the warm-ups own the
         tasks, from the old owners' committed checkpoints). A group in its
-        last phase goes first; no other group starts moving meanwhile.
+        last phase goes first; no other group starts moving meanwhile, nor
+        until the new owners of the groups before it have reported progress
+        (their queries run), so the job as a whole never stops at once.
         """
         groups = self._move_groups()
         if not groups:
@@ -1124,8 +1132,23 @@ class Supervisor:
                 self._hand_to(warmups, owners)
             return
         ready = next((g for g in groups if all(self._ready(w.container_id) for w in g[0])), None)
-        if ready is not None:
+        if ready is not None and not self._new_owners_starting(groups):
             self._stop_owners(*ready)
+
+    def _new_owners_starting(
+        self, groups: list[tuple[list[ContainerModel], list[ContainerModel]]]
+    ) -> list[str]:
+        """New owners of this move's earlier groups that have not reported progress yet."""
+        since = int(self.store.meta("moveFrom") or 0)
+        leaving = {o.container_id for _, owners in groups for o in owners}
+        reported = self.store.throughput()
+        return [
+            c.container_id
+            for c in self.model.containers
+            if c.generation >= since
+            and c.container_id not in leaving
+            and c.container_id not in reported
+        ]
 
     def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         running = [self._records[o.container_id] for o in owners]
@@ -1228,6 +1251,7 @@ class Supervisor:
         sets = _tasks_at_factor(current, factor)
         with self.store.transaction() as db:
             warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
+            self._mark_move(db, warmups)
             model = replace(
                 self.model,
                 version=self.model.version + 1,

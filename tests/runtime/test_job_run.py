@@ -311,14 +311,14 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     )
     wait_until("every record applied", all_applied(again, total), timeout=240)
 
-    # Then, while records arrive: 3 -> 2 containers, a split to factor 8, 2 -> 3
-    # containers, a merge back to 4, each asked for as soon as the last one was made (the
-    # new owners may still be starting). Keyed state moves with its tasks every time.
+    # Then, while records arrive: 3 -> 2 containers, a split to factor 8 (one container at
+    # a time), a merge back to 4, 2 -> 3 containers, each asked for as soon as the last one
+    # was made (the new owners may still be starting). Keyed state moves with its tasks.
     for option, value, containers, factor in (
         ("--containers", 2, 2, 4),
         ("--elasticity-factor", 8, 2, 8),
-        ("--containers", 3, 3, 8),
-        ("--elasticity-factor", 4, 3, 4),
+        ("--elasticity-factor", 4, 2, 4),
+        ("--containers", 3, 3, 4),
     ):
         before = again.job_model()
         scaled = run_cli("job", "scale", again.url, option, str(value))
