@@ -1050,8 +1050,25 @@ class Supervisor:
         reason: str,
     ) -> str:
         """Launch the successors of a stateful scale as warm-ups; the old owners keep running."""
+        return self._start_move(
+            new_sets,
+            lambda warmups, version: (
+                f"{len(current)} -> {kept + warmups} containers: {kept} keep their tasks, "
+                f"{moved} will hand over to {warmups} new ones, which warm up first while "
+                f"the old owners keep running (job model {version})"
+            ),
+            reason,
+        )
+
+    def _start_move(
+        self,
+        sets: Sequence[tuple[str, ...]],
+        describe: Callable[[int, int], str],
+        reason: str,
+    ) -> str:
+        """Add a warm-up per non-empty task set to the job model; its event says ``describe``."""
         with self.store.transaction() as db:
-            warmups = [self._new_container(db, task_set, ()) for task_set in new_sets]
+            warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
             self._mark_move(db, warmups)
             model = replace(
                 self.model,
@@ -1059,16 +1076,13 @@ class Supervisor:
                 warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
             )
             self.store.save_model(db, model)
-            summary = (
-                f"{len(current)} -> {kept + len(warmups)} containers: {kept} keep their tasks, "
-                f"{moved} will hand over to {len(warmups)} new ones, which warm up first while "
-                f"the old owners keep running (job model {model.version})"
-            )
+            summary = describe(len(warmups), model.version)
             if reason:
                 self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
             else:
                 self.store.add_event(db, "scale", detail=summary)
         self.model = model
+        # Any change, a person's too, starts the autoscaler's cool-down.
         self._policy = acted(self._policy, self.clock())
         return summary
 
@@ -1248,28 +1262,14 @@ class Supervisor:
         old = self.model.elasticity_factor
         if factor == old:
             return f"already at elasticity factor {factor}: nothing to do"
-        sets = _tasks_at_factor(current, factor)
-        with self.store.transaction() as db:
-            warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
-            self._mark_move(db, warmups)
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
-            )
-            self.store.save_model(db, model)
-            summary = (
-                f"elasticity factor {old} -> {factor}: {len(warmups)} containers warm up to take "
-                f"over from {len(current)}, one group at a time (job model {model.version})"
-            )
-            self.store.add_event(
-                db,
-                "autoscale" if reason else "scale",
-                detail=f"{reason}; {summary}" if reason else summary,
-            )
-        self.model = model
-        self._policy = acted(self._policy, self.clock())
-        return summary
+        return self._start_move(
+            _tasks_at_factor(current, factor),
+            lambda warmups, version: (
+                f"elasticity factor {old} -> {factor}: {warmups} containers warm up to take "
+                f"over from {len(current)}, one group at a time (job model {version})"
+            ),
+            reason,
+        )
 
     def _refuse_if_busy(self) -> None:
         if self.model.warmups:
