@@ -382,11 +382,13 @@ def _factor_of(mine: ContainerModel, job: Job) -> int:
     from spark_elastic.model.names import TaskName
 
     factors = {TaskName.parse(t).elasticity_factor for t in mine.tasks}
-    if len(factors) != 1:
+    if not factors:
+        return job.elasticity_factor
+    if len(factors) > 1:
         raise ProtocolError(
             f"job model: container {mine.container_id!r} has tasks at factors {sorted(factors)}"
         )
-    return factors.pop() if mine.tasks else job.elasticity_factor
+    return factors.pop()
 
 
 def _job_session(job: Job, module: Any, settings: ContainerSettings) -> SparkSession:

@@ -1505,13 +1505,13 @@ class Supervisor:
         """The pending move: its warm-ups, the owners they take over from, and its phase."""
         if not self.model.warmups:
             return None
-        owner = self.model.owner_of()
+        holders = _Holders(self.model.containers)
         warmups = [
             {
                 "containerId": w.container_id,
                 "state": self._records[w.container_id].state,
                 "tasks": list(w.tasks),
-                "from": sorted({owner[t] for t in w.tasks if t in owner}),
+                "from": sorted(holders.of(w.tasks)),
             }
             for w in self.model.warmups
         ]

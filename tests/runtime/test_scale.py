@@ -337,6 +337,10 @@ def test_a_live_factor_change_moves_one_container_at_a_time_and_each_key_has_one
         assert set(warm["tasks"]) == children
     refused = call(f"{stateful.url}/scale", {"containers": 3})
     assert refused[0] == 409
+    # The status names, for each warm-up, the container whose keys it takes.
+    move = stateful.status()["move"]
+    owners = [c["containerId"] for c in four["containers"]]
+    assert [w["from"] for w in move["warmups"]] == [[o] for o in owners]
 
     (tmp_path / "warm").touch()
     wait_until("the first group moved", lambda: len(model(stateful)["warmups"]) == 1)
