@@ -17,7 +17,8 @@ token. Errors are JSON: ``{"error": "one line"}``.
 
 Endpoints: ``GET /jobModel``, ``GET /containerHeartbeat?executionContainerId=ID``,
 ``POST /containers/register``, ``POST /containers/progress``,
-``POST /scale`` (``{"containers": N}``; 409 while another change is under way),
+``POST /scale`` (``{"containers": N}`` or ``{"elasticityFactor": F}``; 409 while
+another change is under way),
 ``POST /autoscaler`` (``{"enabled": b}``, ``{"pinned": N}``, bounds
 ``{"minContainers": A, "maxContainers": B}``, and the policy's other settings),
 ``GET /`` (status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
