@@ -195,6 +195,17 @@ class ContainerModel:
         )
 
 
+def _task_twice(containers: tuple[ContainerModel, ...]) -> tuple[str, str, str] | None:
+    """The first task two of ``containers`` list, with their ids, or None."""
+    seen: dict[str, str] = {}
+    for c in containers:
+        for task in c.tasks:
+            if task in seen:
+                return task, seen[task], c.container_id
+            seen[task] = c.container_id
+    return None
+
+
 @dataclass(frozen=True)
 class JobModel:
     """The coordinator's versioned view of the job: which container runs which tasks.
@@ -290,15 +301,10 @@ class JobModel:
             ContainerModel.from_json(c, f"{where}.containers[{i}]")
             for i, c in enumerate(_field(doc, "containers", list, where))
         )
-        seen: dict[str, str] = {}
-        for c in containers:
-            for task in c.tasks:
-                if task in seen:
-                    raise ProtocolError(
-                        f"{where}: task {task!r} is owned by both {seen[task]!r} and "
-                        f"{c.container_id!r}"
-                    )
-                seen[task] = c.container_id
+        twice = _task_twice(containers)
+        if twice is not None:
+            task, first, second = twice
+            raise ProtocolError(f"{where}: task {task!r} is owned by both {first!r} and {second!r}")
         # Models stored before warm-ups existed have none.
         warmups = tuple(
             ContainerModel.from_json(c, f"{where}.warmups[{i}]")
@@ -306,19 +312,16 @@ class JobModel:
         )
         ids = [c.container_id for c in (*containers, *warmups)]
         if len(set(ids)) != len(ids):
-            twice = next(i for i in ids if ids.count(i) > 1)
-            raise ProtocolError(f"{where}: container {twice!r} appears twice")
-        warm: dict[str, str] = {}
-        for c in warmups:
-            for task in c.tasks:
-                # (At a new elasticity factor a warm-up's tasks are named differently from
-                # the ones it takes over; only the coordinator relates them.)
-                if task in warm:
-                    raise ProtocolError(
-                        f"{where}: warm-ups {warm[task]!r} and {c.container_id!r} both take "
-                        f"task {task!r}"
-                    )
-                warm[task] = c.container_id
+            repeated = next(i for i in ids if ids.count(i) > 1)
+            raise ProtocolError(f"{where}: container {repeated!r} appears twice")
+        # (At a new elasticity factor a warm-up's tasks are named differently from the
+        # ones it takes over; only the coordinator relates them.)
+        twice = _task_twice(warmups)
+        if twice is not None:
+            task, first, second = twice
+            raise ProtocolError(
+                f"{where}: warm-ups {first!r} and {second!r} both take task {task!r}"
+            )
         return cls(
             version=_non_negative(_field(doc, "version", int, where), where),
             job=_field(doc, "job", str, where),

@@ -208,13 +208,18 @@ class _Holders:
             name = _parsed(t)
             base, factor, bucket = str(name.base), name.elasticity_factor, name.key_bucket
             for f in self.factors:
-                buckets = (
-                    [bucket % f] if f <= factor else range(bucket, f, factor)
-                )  # a coarser task holds this one's keys; finer ones each hold some
                 found.update(
-                    self.index[(base, f, b)] for b in buckets if (base, f, b) in self.index
+                    self.index[(base, f, b)]
+                    for b in _buckets_at(bucket, factor, f)
+                    if (base, f, b) in self.index
                 )
         return found
+
+
+def _buckets_at(bucket: int, factor: int, at: int) -> Sequence[int]:
+    """The buckets at factor ``at`` sharing keys with ``bucket`` at ``factor``: its one
+    parent at a coarser factor (itself at the same one), all its children at a finer one."""
+    return [bucket % at] if at <= factor else range(bucket, at, factor)
 
 
 def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[tuple[str, ...]]:
@@ -230,7 +235,7 @@ def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[
         for t in c.tasks:
             name = _parsed(t)
             f, k = name.elasticity_factor, name.key_bucket
-            for b in [k % factor] if factor < f else range(k, factor, f):
+            for b in _buckets_at(k, f, factor):
                 ids = holders.setdefault(str(name.base.at_factor(b, factor)), [])
                 if c.container_id not in ids:
                     ids.append(c.container_id)
