@@ -167,8 +167,9 @@ def register(subparsers: Any) -> None:
     )
     scaler = run.add_argument_group(
         "autoscaler",
-        "Scale a stateless job's containers on lag and processing rate (off by default). A "
-        "resumed job keeps the store's settings unless one of these is given.",
+        "Scale a job's containers (and, with --autoscale-max-factor, its elasticity factor) on "
+        "lag and processing rate (off by default). A resumed job keeps the store's settings "
+        "unless one of these is given.",
     )
     scaler.add_argument("--autoscale", action="store_true", help="turn the autoscaler on")
     scaler.add_argument("--autoscale-min", type=_count, metavar="N", help="fewest containers (1)")
@@ -198,6 +199,13 @@ def register(subparsers: Any) -> None:
         type=_zero_or_more,
         metavar="RECORDS",
         help="a task with more lag is busy: no scale-in meanwhile (1000)",
+    )
+    scaler.add_argument(
+        "--autoscale-max-factor",
+        type=_factor,
+        metavar="F",
+        help="split up to this elasticity factor when more containers than tasks are needed, "
+        "and merge back to the job's own once there is room (default: never change the factor)",
     )
     run.set_defaults(run=_run)
     status = commands.add_parser(
@@ -239,6 +247,9 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--pin", type=_count, metavar="N", help="hold the job at N containers")
     autoscale.add_argument("--min", type=_count, metavar="A", help="fewest containers")
     autoscale.add_argument("--max", type=_count, metavar="B", help="most containers")
+    autoscale.add_argument(
+        "--max-factor", type=_factor, metavar="F", help="highest elasticity factor to split to"
+    )
     autoscale.add_argument("--token", help="bearer token, if the coordinator requires one")
     autoscale.set_defaults(run=_autoscale)
 
@@ -337,6 +348,7 @@ _AUTOSCALE_OPTIONS = {
     "windowS": ("--autoscale-window-ms", 1000),
     "cooldownS": ("--autoscale-cooldown-ms", 1000),
     "busyLag": ("--autoscale-busy-lag", 1),
+    "maxElasticityFactor": ("--autoscale-max-factor", 1),
 }
 
 
@@ -424,9 +436,11 @@ def _autoscale(args: argparse.Namespace) -> int:
         body["minContainers"] = args.min
     if args.max is not None:
         body["maxContainers"] = args.max
+    if args.max_factor is not None:
+        body["maxElasticityFactor"] = args.max_factor
     if not body:
         raise ArgumentError.invalid(
-            "job autoscale", "one of --on, --off, --pin N, --min A, --max B", "none"
+            "job autoscale", "one of --on, --off, --pin N, --min A, --max B, --max-factor F", "none"
         )
     reply = _call(args.url, "/autoscaler", args.token, body)
     print(f"autoscaler {reply['summary']}")

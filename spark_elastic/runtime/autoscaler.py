@@ -28,6 +28,12 @@ The recipe, in small steps (:func:`evaluate`):
    (``draining``) changes nothing. ``underused`` (:func:`underused`): the
    processing rate fits on fewer containers at ``target_utilization``;
    scale in to that many. Anything else is ``steady``.
+   ``lagging`` at the task count (a container needs a task), with
+   ``max_elasticity_factor`` above the job's factor: split, doubling the
+   tasks (:func:`may_split`); the next evaluation after the cool-down can
+   then scale out. ``over-split`` (:func:`over_split`): steady, above the
+   job's defined factor, and each container would still have two tasks or
+   more at half the factor: merge.
 5. **Busy** (:func:`busy_task`). No scale-in while a task's lag is above
    ``busy_lag``, or while a task of a container that would leave has any
    backlog; the wish starts over once it is not busy.
@@ -37,7 +43,7 @@ The recipe, in small steps (:func:`evaluate`):
    figure improves with the window.
 7. **Cool down.** No action within ``cooldown_s`` of the last one
    (:func:`acted` records it; the supervisor calls it after any change of
-   the container count, a person's included).
+   the container count or the factor, a person's included).
 
 A load step (input x4, then back) therefore gives one scale-out, sized for
 the step, and one scale-in once it is over: the window keeps a blip from
@@ -58,8 +64,10 @@ from spark_elastic.errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
     "HOLD",
+    "MERGE",
     "SCALE_IN",
     "SCALE_OUT",
+    "SPLIT",
     "AutoscalerConfig",
     "ContainerLoad",
     "Decision",
@@ -73,7 +81,9 @@ __all__ = [
     "drain_time",
     "evaluate",
     "lagging",
+    "may_split",
     "missing_data",
+    "over_split",
     "processing_rate",
     "saturated_capacity",
     "underused",
@@ -81,7 +91,10 @@ __all__ = [
 
 SCALE_OUT = "scale-out"
 SCALE_IN = "scale-in"
+SPLIT = "split"
+MERGE = "merge"
 HOLD = "hold"
+MAX_FACTOR = 1024
 
 TOLERANCE = 0.1
 """Kubernetes' HPA tolerance: a scale-out sizes for 10% less load than seen, a scale-in
@@ -99,6 +112,7 @@ _JSON_KEYS = {
     "busyLag": "busy_lag",
     "targetUtilization": "target_utilization",
     "rateWindowS": "rate_window_s",
+    "maxElasticityFactor": "max_elasticity_factor",
 }
 _FIELD_KEYS = {f: k for k, f in _JSON_KEYS.items()}
 
@@ -130,6 +144,15 @@ def _check(values: Mapping[str, Any], name: Callable[[str], str]) -> None:
             raise ArgumentError.invalid(name(key), "a number of seconds >= 0", value)
         if key == "target_utilization" and not 0 < value <= 1:
             raise ArgumentError.invalid(name(key), "a fraction above 0 and at most 1", value)
+    factor = values["max_elasticity_factor"]
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int)):
+        raise ArgumentTypeError.wrong_type(
+            name("max_elasticity_factor"), "a whole number (a power of two)", factor
+        )
+    if factor is not None and not (1 <= factor <= MAX_FACTOR and factor & (factor - 1) == 0):
+        raise ArgumentError.invalid(
+            name("max_elasticity_factor"), f"a power of two from 1 to {MAX_FACTOR}", factor
+        )
     low, high = values["min_containers"], values["max_containers"]
     if high is not None and high < low:
         raise ArgumentError.invalid(
@@ -179,6 +202,11 @@ class AutoscalerConfig:
         The span a container's processing rate is measured over; make it
         longer than a micro-batch takes, as a container that reported no
         batch in it processed nothing.
+    max_elasticity_factor
+        The highest factor the autoscaler may split the job to when it
+        needs more containers than it has tasks; it merges back down to the
+        job's defined factor once that leaves each container two tasks or
+        more. None (the default): it never changes the factor.
 
     Raises
     ------
@@ -197,6 +225,7 @@ class AutoscalerConfig:
     busy_lag: int = 1000
     target_utilization: float = 0.8
     rate_window_s: float = 30.0
+    max_elasticity_factor: int | None = None
 
     def __post_init__(self) -> None:
         _check(self.__dict__, lambda key: key)
@@ -256,6 +285,8 @@ class AutoscalerConfig:
         bounds = f"{self.min_containers}-{self.max_for(task_count)} containers"
         if self.mode == "pinned":
             return f"pinned at {self.pinned} containers"
+        if self.max_elasticity_factor is not None:
+            bounds += f", factor up to {self.max_elasticity_factor}"
         if self.mode == "off":
             return f"off (bounds {bounds})"
         return (
@@ -271,7 +302,7 @@ class AutoscalerConfig:
         dict
             ``enabled``, ``pinned``, ``minContainers``, ``maxContainers``,
             ``maxDrainS``, ``windowS``, ``cooldownS``, ``busyLag``,
-            ``targetUtilization``, ``rateWindowS``.
+            ``targetUtilization``, ``rateWindowS``, ``maxElasticityFactor``.
         """
         return {key: getattr(self, name) for key, name in _JSON_KEYS.items()}
 
@@ -412,11 +443,17 @@ class Observation:
         removes them from the end, as the supervisor's does.
     tasks
         Every task of the job; their number is the job's task count.
+    elasticity_factor
+        The job's factor now.
+    defined_factor
+        The factor its definition gives: the autoscaler merges no lower.
     """
 
     at: float
     containers: tuple[ContainerLoad, ...]
     tasks: tuple[TaskLoad, ...]
+    elasticity_factor: int = 1
+    defined_factor: int = 1
 
 
 @dataclass(frozen=True)
@@ -435,8 +472,10 @@ class PolicyState:
         input rate).
     target
         The scale-in target kept over the window (the highest seen).
+    factor
+        The factor the wish goes to (None: the wish keeps the factor).
     last_action_at
-        When the container count last changed.
+        When the container count or the factor last changed.
     capacity
         Records per second one container processed while it had a backlog;
         None until one had.
@@ -446,6 +485,7 @@ class PolicyState:
     since: float | None = None
     since_lag: int = 0
     target: int = 0
+    factor: int | None = None
     last_action_at: float | None = None
     capacity: float | None = None
 
@@ -457,26 +497,32 @@ class Decision:
     Attributes
     ----------
     action
-        :data:`SCALE_OUT`, :data:`SCALE_IN` or :data:`HOLD`.
+        :data:`SCALE_OUT`, :data:`SCALE_IN`, :data:`SPLIT`, :data:`MERGE`
+        or :data:`HOLD`.
     target
-        The container count to go to (the current one for a hold).
+        The container count to go to (the current one for a hold, a split
+        or a merge).
     rule
         The rule that decided, a stable name (``off``, ``pinned``,
         ``no-data``, ``steady``, ``lagging``, ``draining``, ``stalled``,
-        ``at-max``, ``underused``, ``below-min``, ``above-max``, ``busy``,
-        ``stabilizing``, ``cooling-down``; the supervisor adds ``refused``).
+        ``at-max``, ``underused``, ``over-split``, ``below-min``,
+        ``above-max``, ``busy``, ``stabilizing``, ``cooling-down``; the
+        supervisor adds ``refused``).
     reason
         One line for people.
+    factor
+        The elasticity factor to go to, for a split or a merge; else None.
     """
 
     action: str
     target: int
     rule: str
     reason: str
+    factor: int | None = None
 
     @property
     def acts(self) -> bool:
-        """Whether the container count should change."""
+        """Whether the container count or the factor should change."""
         return self.action != HOLD
 
     def to_json(self) -> dict[str, Any]:
@@ -485,14 +531,18 @@ class Decision:
         Returns
         -------
         dict
-            ``action``, ``target``, ``rule``, ``reason``.
+            ``action``, ``target``, ``rule``, ``reason``, and
+            ``elasticityFactor`` for a split or a merge.
         """
-        return {
+        out: dict[str, Any] = {
             "action": self.action,
             "target": self.target,
             "rule": self.rule,
             "reason": self.reason,
         }
+        if self.factor is not None:
+            out["elasticityFactor"] = self.factor
+        return out
 
 
 @dataclass(frozen=True)
@@ -668,6 +718,54 @@ def underused(
     return target if target < len(observation.containers) else None
 
 
+def may_split(observation: Observation, config: AutoscalerConfig, needed: int) -> bool:
+    """Whether more containers than tasks are wanted and a split may make the tasks.
+
+    Parameters
+    ----------
+    observation
+        An observation with no missing data.
+    config
+        The settings (``max_containers``, ``max_elasticity_factor``).
+    needed
+        The containers the input rate needs.
+
+    Returns
+    -------
+    bool
+        True when ``needed`` exceeds the task count, the container bound is
+        the task count (no lower maximum was set), and twice the factor is
+        within ``max_elasticity_factor``.
+    """
+    tasks = len(observation.tasks)
+    return (
+        config.max_elasticity_factor is not None
+        and observation.elasticity_factor * 2 <= config.max_elasticity_factor
+        and needed > tasks
+        and (config.max_containers is None or config.max_containers > tasks)
+    )
+
+
+def over_split(observation: Observation) -> bool:
+    """Whether the job runs above its defined factor with tasks to spare.
+
+    Parameters
+    ----------
+    observation
+        An observation with no missing data.
+
+    Returns
+    -------
+    bool
+        True when the factor is above the defined one and, at half of it,
+        every container would still have two tasks or more (so a later
+        scale-out has room before it needs another split).
+    """
+    return observation.elasticity_factor > observation.defined_factor and len(
+        observation.tasks
+    ) // 2 >= 2 * len(observation.containers)
+
+
 def _leaving(observation: Observation, target: int) -> set[str]:
     return {c.container for c in observation.containers[target:]}
 
@@ -708,12 +806,14 @@ def busy_task(observation: Observation, config: AutoscalerConfig, target: int) -
 @dataclass(frozen=True)
 class _Wish:
     """A rule that holds now (``rule``; "" for none), its target, and the hold's rule
-    when the target is the current count (``draining``, ``at-max``, ``stalled``, ``steady``)."""
+    when the target is the current count (``draining``, ``at-max``, ``stalled``, ``steady``);
+    ``factor`` for a wish to split or merge."""
 
     rule: str
     target: int
     reason: str
     hold_rule: str = ""
+    factor: int | None = None
 
 
 def _seconds(value: float) -> str:
@@ -746,6 +846,15 @@ def _wish(
         inflow = f"input ~{rate + growth:.0f} records/s, {capacity:.0f}/s per container"
         if min(max_c, needed) > current:
             return _Wish("lagging", min(max_c, needed), f"{backlog}; {inflow}")
+        if needed > current and may_split(observation, config, needed):
+            factor = observation.elasticity_factor * 2
+            return _Wish(
+                "lagging",
+                current,
+                f"{backlog}; {inflow}: {needed} containers wanted, more than the "
+                f"{len(observation.tasks)} tasks; split to factor {factor}",
+                factor=factor,
+            )
         if needed > current:
             return _Wish("lagging", current, f"{backlog}; at the maximum of {max_c}", "at-max")
         return _Wish("lagging", current, f"{backlog}; {inflow} fits {current}", "draining")
@@ -756,6 +865,16 @@ def _wish(
             target,
             f"{rate:.0f} records/s fit {target} containers at "
             f"{config.target_utilization:.0%} of {state.capacity:.0f}/s each",
+        )
+    if over_split(observation):
+        factor = observation.elasticity_factor // 2
+        return _Wish(
+            "over-split",
+            current,
+            f"{current} containers run {len(observation.tasks)} tasks at factor "
+            f"{observation.elasticity_factor}, above the job's {observation.defined_factor}; "
+            f"merge to factor {factor}",
+            factor=factor,
         )
     if state.capacity is None:
         reason = "no container has had a backlog yet (capacity unknown)"
@@ -771,8 +890,10 @@ def _stabilized(state: PolicyState, wish: _Wish, at: float, lag: int) -> PolicyS
     # A scale-in's target must itself hold for the window: one step down, not a
     # staircase while the rate settles. A scale-out's improves with the window.
     scale_in = wish.target < state.target and wish.rule in ("underused", "above-max")
-    if wish.rule != state.wish or scale_in:
-        return replace(state, wish=wish.rule, since=at, since_lag=lag, target=wish.target)
+    if wish.rule != state.wish or scale_in or wish.factor != state.factor:
+        return replace(
+            state, wish=wish.rule, since=at, since_lag=lag, target=wish.target, factor=wish.factor
+        )
     if wish.rule == "underused":
         # A higher target does not restart the window: the most cautious one is kept.
         return replace(state, target=max(state.target, wish.target))
@@ -780,7 +901,7 @@ def _stabilized(state: PolicyState, wish: _Wish, at: float, lag: int) -> PolicyS
 
 
 def _reset(state: PolicyState) -> PolicyState:
-    return replace(state, wish="", since=None, since_lag=0, target=0)
+    return replace(state, wish="", since=None, since_lag=0, target=0, factor=None)
 
 
 def _hold(current: int, rule: str, reason: str) -> Decision:
@@ -827,17 +948,23 @@ def evaluate(config: AutoscalerConfig, state: PolicyState, observation: Observat
     wish = _wish(config, state, observation, max_c)
     if not wish.rule:
         return Evaluation(_hold(current, wish.hold_rule, wish.reason), _reset(state))
-    # 5. busy
-    if wish.target < current:
+    # 5. busy: a merge takes tasks down as a scale-in takes containers
+    merging = wish.factor is not None and wish.factor < observation.elasticity_factor
+    if wish.target < current or merging:
         busy = busy_task(observation, config, wish.target)
         if busy is not None:
-            return Evaluation(_hold(current, "busy", f"no scale-in: {busy}"), _reset(state))
+            what = "merge" if merging else "scale-in"
+            return Evaluation(_hold(current, "busy", f"no {what}: {busy}"), _reset(state))
     # 6. stabilize
     state = _stabilized(state, wish, observation.at, _total_lag(observation))
-    if state.target == current:
+    if state.target == current and state.factor is None:
         return Evaluation(_hold(current, wish.hold_rule, wish.reason), state)
-    action = SCALE_OUT if state.target > current else SCALE_IN
-    want = f"{action} to {state.target} wanted ({wish.rule}: {wish.reason})"
+    if state.factor is not None:
+        action = SPLIT if state.factor > observation.elasticity_factor else MERGE
+        want = f"{action} to factor {state.factor} wanted ({wish.rule}: {wish.reason})"
+    else:
+        action = SCALE_OUT if state.target > current else SCALE_IN
+        want = f"{action} to {state.target} wanted ({wish.rule}: {wish.reason})"
     # 7. cool down, then the window
     if state.last_action_at is not None:
         left = state.last_action_at + config.cooldown_s - observation.at
@@ -856,7 +983,7 @@ def evaluate(config: AutoscalerConfig, state: PolicyState, observation: Observat
             state,
         )
     reason = f"{wish.rule}: {wish.reason} (held {held:.0f} s)"
-    return Evaluation(Decision(action, state.target, wish.rule, reason), state)
+    return Evaluation(Decision(action, state.target, wish.rule, reason, state.factor), state)
 
 
 def acted(state: PolicyState, at: float) -> PolicyState:

@@ -16,6 +16,8 @@ environment variables (SAMZA-871 names the first):
 ``SPARK_ELASTIC_SHUTDOWN_MS``      graceful-stop limit before a forced ``exit(1)`` (30000)
 ``SPARK_ELASTIC_WRITE_BUDGET_MS``  lease that must remain to start a write (3000)
 ``SPARK_ELASTIC_TOKEN``            bearer token, when the coordinator requires one
+``SPARK_ELASTIC_FOLLOW_MS``        a stateful warm-up's shortest interval between
+                                   snapshots of its old owners' state (10000)
 =================================  ================================================
 
 Its life: register (which grants the first lease), fetch the job model, fork
@@ -35,10 +37,12 @@ and exit 1; SIGTERM stops it and exits 0; a stop that hangs past
 the limit is cut short by ``os._exit(1)``, as Samza does.
 
 A container the job model lists as a *warm-up* (KIP-441) first starts its
-Spark application and Python workers, then registers (that says it is
-ready) and heartbeats until the coordinator hands it its tasks, after their
-old owners stopped; it then takes their state over as above. Removed from
-the model meanwhile, it exits 0.
+Spark application and Python workers; a stateful one then follows its old
+owners' committed state (:mod:`.follow`: a snapshot of its tasks' keys,
+renewed while it waits). It then registers (that says it is ready) and
+heartbeats until the coordinator hands it its tasks, after their old owners
+stopped; it takes their state over as above, from its snapshot when the old
+owners committed nothing since. Removed from the model meanwhile, it exits 0.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError, ProtocolError
+from spark_elastic.runtime.follow import drop_snapshot, follow, take_snapshot
 from spark_elastic.runtime.generations import fork_committed
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import BatchContext, Job, load_job_and_module
@@ -126,6 +131,9 @@ class ContainerSettings:
         Lease that must remain to start a write.
     token
         Bearer token for the coordinator, if it requires one.
+    follow_s
+        A stateful warm-up's shortest interval between two snapshots of its
+        old owners' committed state.
     spark_conf
         Extra Spark settings for this container's session (over the job's).
     """
@@ -140,6 +148,7 @@ class ContainerSettings:
     shutdown_s: float = 30.0
     write_budget_s: float = 3.0
     token: str | None = None
+    follow_s: float = 10.0
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -186,6 +195,7 @@ class ContainerSettings:
             shutdown_s=_millis(env, "SPARK_ELASTIC_SHUTDOWN_MS", 30_000) / 1000,
             write_budget_s=_millis(env, "SPARK_ELASTIC_WRITE_BUDGET_MS", 3000) / 1000,
             token=env.get("SPARK_ELASTIC_TOKEN") or None,
+            follow_s=_millis(env, "SPARK_ELASTIC_FOLLOW_MS", 10_000) / 1000,
             spark_conf=_conf(env.get("SPARK_ELASTIC_CONF") or "{}"),
         )
 
@@ -613,7 +623,14 @@ def _prepare_checkpoint(
             f"({result.files} files, {result.bytes} bytes)"
         )
         return _rescaled_starts(target, plan, mine)
-    _take_over(mine, plan, spark)
+    snapshot = take_snapshot(target, mine.sources)
+    if snapshot is not None:
+        _log(
+            f"took over {len(mine.tasks)} tasks from the state it followed ({snapshot.keys} keys "
+            f"as of batches {dict(snapshot.sources)}): nothing committed since"
+        )
+    else:
+        _take_over(mine, plan, spark)
     return _rescaled_starts(target, plan, mine)
 
 
@@ -680,17 +697,44 @@ def _pass_through(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     yield from frames
 
 
+class _Follower:
+    """A stateful warm-up's snapshots of its old owners' state (driver; see :mod:`.follow`)."""
+
+    def __init__(self, spark: SparkSession, job: Job, every_s: float) -> None:
+        self.spark, self.job, self.every_s = spark, job, every_s
+        self.last = -float("inf")
+
+    def __call__(self, model: JobModel, container_id: str) -> None:
+        warm = model.warmup(container_id)
+        if warm is None or time.monotonic() - self.last < self.every_s:
+            return
+        self.last = time.monotonic()
+        try:
+            snapshot = follow(self.spark, model, warm, _factor_of(warm, self.job))
+        except Exception as exc:  # the owners moved on: the handover rescales instead
+            _log(f"following the old owners failed ({type(exc).__name__}: {exc}); will retry")
+            return
+        if snapshot is not None:
+            _log(
+                f"followed {len(snapshot.sources)} old owners to batches "
+                f"{sorted(snapshot.sources.values())}: {snapshot.keys} keys in "
+                f"{snapshot.seconds:.1f} s"
+            )
+
+
 def _await_tasks(
     client: CoordinatorClient,
     container_id: str,
     every_s: float,
     stop: threading.Event,
     dead: threading.Event,
+    follower: _Follower | None = None,
 ) -> JobModel | None:
     """Wait, heartbeating, until the job model hands this warm-up its tasks.
 
     Returns the model that lists it among the containers, or None if it was
     stopped, fenced, or removed from the model (the move was called off).
+    A stateful warm-up follows its old owners' state meanwhile.
     """
     while not (stop.is_set() or dead.is_set()):
         try:
@@ -703,6 +747,8 @@ def _await_tasks(
             if model.warmup(container_id) is None:
                 _log(f"job model {model.version} no longer has warm-up {container_id!r}")
                 return None
+            if follower is not None:
+                follower(model, container_id)
         stop.wait(every_s)
     return None
 
@@ -736,11 +782,16 @@ def run_container(settings: ContainerSettings) -> int:
     )
     lease = ContainerLease(terms)
     spark: SparkSession | None = None
-    if client.job_model().warmup(settings.container_id) is not None:
+    follower: _Follower | None = None
+    first = client.job_model()
+    if first.warmup(settings.container_id) is not None:
         # KIP-441: a new owner gets going while the old one still runs its tasks; it
         # registers (holds a lease) only once it is ready, and writes nothing before.
         spark = _job_session(job, module, settings)
         _warm_up(spark)
+        if job.processor is not None:
+            follower = _Follower(spark, job, settings.follow_s)
+            follower(first, settings.container_id)
     sent = time.monotonic()
     reply = client.register(Registration(settings.container_id, os.getpid()))
     if not reply.alive:
@@ -759,8 +810,11 @@ def run_container(settings: ContainerSettings) -> int:
     warm = model.warmup(settings.container_id)
     if warm is not None:
         _log(f"warm: waiting for tasks {', '.join(warm.tasks)}")
-        awaited = _await_tasks(client, settings.container_id, settings.heartbeat_s, stop, dead)
+        awaited = _await_tasks(
+            client, settings.container_id, settings.heartbeat_s, stop, dead, follower
+        )
         if awaited is None:
+            drop_snapshot(warm.checkpoint)
             beats.stopping.set()
             return EXIT_FENCED if dead.is_set() else EXIT_OK
         model = awaited

@@ -94,6 +94,15 @@ def last_committed_batch(checkpoint: str | os.PathLike[str]) -> int:
     return batches[-1] if batches else -1
 
 
+def _link_or_copy(path: Path, out: Path) -> None:
+    try:
+        os.link(path, out)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        shutil.copy2(path, out)
+
+
 def _keep(relative: Path, last: int) -> bool:
     """Whether a file of the source belongs to the committed prefix."""
     parts = relative.parts
@@ -116,7 +125,9 @@ def _keep(relative: Path, last: int) -> bool:
     return top in ("metadata", ".metadata.crc", "sources")
 
 
-def fork_committed(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> ForkResult:
+def fork_committed(
+    source: str | os.PathLike[str], target: str | os.PathLike[str], *, live: bool = False
+) -> ForkResult:
     """Make ``target`` a checkpoint that resumes where ``source`` last committed.
 
     Parameters
@@ -125,6 +136,11 @@ def fork_committed(source: str | os.PathLike[str], target: str | os.PathLike[str
         The old generation's checkpoint (its owner is dead or fenced).
     target
         The new generation's checkpoint; must not exist yet.
+    live
+        The source's query may still be running (a warm-up following it):
+        state files it deletes meanwhile are skipped. Its maintenance
+        deletes only versions far below the last commit and SST files no
+        retained version uses, never what the committed prefix needs.
 
     Returns
     -------
@@ -158,9 +174,11 @@ def fork_committed(source: str | os.PathLike[str], target: str | os.PathLike[str
             out = staging / relative
             out.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(path, out)
-            except OSError:
-                shutil.copy2(path, out)
+                _link_or_copy(path, out)
+            except FileNotFoundError:
+                if not (live and relative.parts[0] == "state"):
+                    raise
+                continue
             files += 1
             size += out.stat().st_size
         staging.mkdir(parents=True, exist_ok=True)

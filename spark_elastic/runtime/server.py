@@ -202,7 +202,7 @@ class _Metrics:
         )
         self.autoscaler_actions = Counter(
             "spark_elastic_autoscaler_actions",
-            "Container count changes the autoscaler made, by action",
+            "Changes the autoscaler made (container count or elasticity factor), by action",
             ["action"],
             registry=r,
         )
@@ -401,8 +401,10 @@ class CoordinatorServer:
         """Add what the supervisor counted since the last tick to the Prometheus counters."""
         counters = {
             "failovers": self.metrics.failovers,
-            "autoscaler_scale-out": self.metrics.autoscaler_actions.labels("scale-out"),
-            "autoscaler_scale-in": self.metrics.autoscaler_actions.labels("scale-in"),
+            **{
+                f"autoscaler_{action}": self.metrics.autoscaler_actions.labels(action)
+                for action in ("scale-out", "scale-in", "split", "merge")
+            },
         }
         for name, counter in counters.items():
             now = self.supervisor.counters.get(name, 0)

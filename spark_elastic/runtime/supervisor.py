@@ -46,7 +46,6 @@ The recipe, in small steps:
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -74,6 +73,7 @@ from spark_elastic.runtime.autoscaler import (
     processing_rate,
 )
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
+from spark_elastic.runtime.keys import Holders, buckets_at, parsed
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -183,45 +183,6 @@ def _scale_assignment(
     return sorted(sets)
 
 
-@functools.lru_cache(maxsize=65536)
-def _parsed(task: str) -> TaskName:
-    return TaskName.parse(task)
-
-
-class _Holders:
-    """Which of some containers hold keys of given tasks, at any mix of factors."""
-
-    def __init__(self, containers: Sequence[ContainerModel]) -> None:
-        self.index: dict[tuple[str, int, int], str] = {}
-        for c in containers:
-            for t in c.tasks:
-                name = _parsed(t)
-                self.index[(str(name.base), name.elasticity_factor, name.key_bucket)] = (
-                    c.container_id
-                )
-        self.factors = sorted({f for _, f, _ in self.index})
-
-    def of(self, tasks: Sequence[str]) -> set[str]:
-        """Ids of the containers holding a task that shares keys with one of ``tasks``."""
-        found: set[str] = set()
-        for t in tasks:
-            name = _parsed(t)
-            base, factor, bucket = str(name.base), name.elasticity_factor, name.key_bucket
-            for f in self.factors:
-                found.update(
-                    self.index[(base, f, b)]
-                    for b in _buckets_at(bucket, factor, f)
-                    if (base, f, b) in self.index
-                )
-        return found
-
-
-def _buckets_at(bucket: int, factor: int, at: int) -> Sequence[int]:
-    """The buckets at factor ``at`` sharing keys with ``bucket`` at ``factor``: its one
-    parent at a coarser factor (itself at the same one), all its children at a finer one."""
-    return [bucket % at] if at <= factor else range(bucket, at, factor)
-
-
 def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[tuple[str, ...]]:
     """Per container (in order), the tasks at ``factor`` that take over its keys.
 
@@ -233,9 +194,9 @@ def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[
     holders: dict[str, list[str]] = {}
     for c in sorted(containers, key=lambda c: c.generation):
         for t in c.tasks:
-            name = _parsed(t)
+            name = parsed(t)
             f, k = name.elasticity_factor, name.key_bucket
-            for b in _buckets_at(k, f, factor):
+            for b in buckets_at(k, f, factor):
                 ids = holders.setdefault(str(name.base.at_factor(b, factor)), [])
                 if c.container_id not in ids:
                     ids.append(c.container_id)
@@ -252,7 +213,7 @@ def _model_factor(
     model: JobModel, containers: Sequence[ContainerModel], warmups: Sequence[ContainerModel]
 ) -> int:
     """The job model's factor: the new one once no task of another factor is left."""
-    factors = {_parsed(t).elasticity_factor for c in containers for t in c.tasks}
+    factors = {parsed(t).elasticity_factor for c in containers for t in c.tasks}
     return factors.pop() if len(factors) == 1 and not warmups else model.elasticity_factor
 
 
@@ -1104,7 +1065,7 @@ class Supervisor:
         are in order of their first warm-up's id, and move one at a time, so
         the rest of the job keeps running.
         """
-        holders = _Holders(self.model.containers)
+        holders = Holders(self.model.containers)
         by_id = {c.container_id: c for c in self.model.containers}
         groups: list[tuple[set[str], set[str]]] = []
         for warm in self.model.warmups:
@@ -1184,7 +1145,7 @@ class Supervisor:
         self._retire(running)
 
     def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
-        holders = _Holders(owners)
+        holders = Holders(owners)
         taking = []
         with self.store.transaction() as db:
             for warm in warmups:
@@ -1256,7 +1217,7 @@ class Supervisor:
         """
         factor = validate_elasticity_factor(factor, "elasticity_factor")
         current = list(self.model.containers)
-        names = [_parsed(t) for c in current for t in c.tasks]
+        names = [parsed(t) for c in current for t in c.tasks]
         if names and names[0].kind is TaskKind.SINGLE:
             raise ArgumentError.invalid(
                 "elasticity_factor",
@@ -1427,6 +1388,8 @@ class Supervisor:
                 for c in sorted(self.model.containers, key=lambda c: c.generation)
             ),
             tuple(TaskLoad(t, owner[t], lags[t]) for t in sorted(owner, key=_locality_key)),
+            self.model.elasticity_factor,
+            self.shape.elasticity_factor,
         )
 
     def _autoscale(self) -> None:
@@ -1435,17 +1398,20 @@ class Supervisor:
         self._policy = evaluation.state
         decision = evaluation.decision
         if decision.acts:
-            wanted = f"autoscaler {decision.action} to {decision.target}: {decision.reason}"
+            to = f"factor {decision.factor}" if decision.factor is not None else decision.target
+            wanted = f"autoscaler {decision.action} to {to}: {decision.reason}"
             try:
-                self.scale(decision.target, reason=wanted)
+                if decision.factor is not None:
+                    self.change_factor(decision.factor, reason=wanted)
+                else:
+                    self.scale(decision.target, reason=wanted)
             except ChangeRefusedError as exc:
                 # Not an error loop: a hold that says why, told once (the rule stays "refused").
                 decision = Decision(
                     HOLD,
                     len(observation.containers),
                     "refused",
-                    f"{decision.action} to {decision.target} wanted ({decision.reason}); "
-                    f"refused: {exc}",
+                    f"{decision.action} to {to} wanted ({decision.reason}); refused: {exc}",
                 )
             else:
                 self._count(f"autoscaler_{decision.action}")
@@ -1510,7 +1476,7 @@ class Supervisor:
         """The pending move: its warm-ups, the owners they take over from, and its phase."""
         if not self.model.warmups:
             return None
-        holders = _Holders(self.model.containers)
+        holders = Holders(self.model.containers)
         warmups = [
             {
                 "containerId": w.container_id,

@@ -264,3 +264,47 @@ def test_bad_autoscaler_options_of_job_run_are_one_line_in_their_own_names(
 
 
 assert len(TASKS) == 12  # the bounds above are about this job
+
+
+def test_a_job_lagging_at_one_container_per_task_is_split_within_the_factor_bound(
+    tmp_path: Path,
+) -> None:
+    # One partition at factor 2: two tasks, already one per container.
+    two_tasks = JobShape(
+        "clicks",
+        "jobs.py:job",
+        2,
+        {"clicks": 1},
+        ("Partition 0_0_2", "Partition 0_1_2"),
+        str(tmp_path / "cp"),
+    )
+    config = AutoscalerConfig(
+        **{**FAST.__dict__, "max_containers": None, "max_elasticity_factor": 4}
+    )
+    c = Coordinator(tmp_path, job_shape=two_tasks, autoscaler=config)
+    try:
+        with c.server.running_in_thread():
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            assert c.status()["autoscaler"]["summary"].startswith(
+                "on: 1-2 containers, factor up to 4"
+            )
+            load = Load(c)
+            # Both containers flat out at 1000 records/s each, a backlog of 5 s.
+            load.until("a split", 2000, 5000, lambda: acted(c, "split"))
+            (split,) = acted(c, "split")
+            assert split.startswith("autoscaler split to factor 4: lagging:")
+            assert "more than the 2 tasks; split to factor 4" in split
+            # The new owners report progress as they start (each group waits for that).
+            after = load.until(
+                "the job at factor 4",
+                1000,
+                0,
+                lambda: (m := model(c))["elasticityFactor"] == 4 and not m["warmups"] and m,
+            )
+            assert sorted(t for x in after["containers"] for t in x["tasks"]) == [
+                f"Partition 0_{b}_4" for b in range(4)
+            ]
+            metrics = urllib.request.urlopen(f"{c.url}/metrics").read().decode()
+            assert 'spark_elastic_autoscaler_actions_total{action="split"} 1.0' in metrics
+    finally:
+        c.kill_all()

@@ -17,8 +17,10 @@ import pytest
 from spark_elastic.errors import ArgumentError, ArgumentTypeError
 from spark_elastic.runtime.autoscaler import (
     HOLD,
+    MERGE,
     SCALE_IN,
     SCALE_OUT,
+    SPLIT,
     AutoscalerConfig,
     ContainerLoad,
     Decision,
@@ -39,17 +41,23 @@ def observe(
     containers: int,
     lag: int | dict[str, int] = 0,
     rate: float | dict[str, float] | None = 1000.0,
+    factor: int = 4,
+    defined: int = 4,
 ) -> Observation:
     """``containers`` containers (c0 oldest) dealt the tasks round robin; each task lags
     ``lag`` (or ``lag[task]``, 0 if absent) and each container processes ``rate``/s
-    (or ``rate[container]``)."""
+    (or ``rate[container]``). The job has 3 partitions, at ``factor`` (its definition's:
+    ``defined``)."""
     ids = [f"c{i}" for i in range(containers)]
-    lags = lag if isinstance(lag, dict) else dict.fromkeys(TASKS, lag)
+    tasks = tuple(f"Partition {p}_{b}_{factor}" for p in range(3) for b in range(factor))
+    lags = lag if isinstance(lag, dict) else dict.fromkeys(tasks, lag)
     rates = rate if isinstance(rate, dict) else dict.fromkeys(ids, rate)
     return Observation(
         at,
         tuple(ContainerLoad(c, rates[c]) for c in ids),
-        tuple(TaskLoad(t, ids[i % containers], lags.get(t, 0)) for i, t in enumerate(TASKS)),
+        tuple(TaskLoad(t, ids[i % containers], lags.get(t, 0)) for i, t in enumerate(tasks)),
+        factor,
+        defined,
     )
 
 
@@ -297,6 +305,16 @@ def test_the_processing_rate_counts_reports_received_in_the_window() -> None:
         ({"cooldown_s": math.inf}, ArgumentTypeError, "cooldown_s: expected a finite number"),
         ({"enabled": "yes"}, ArgumentTypeError, "enabled: expected true or false"),
         ({"max_containers": True}, ArgumentTypeError, "max_containers: expected a whole number"),
+        (
+            {"max_elasticity_factor": 3},
+            ArgumentError,
+            "max_elasticity_factor: expected a power of two from 1 to 1024, found 3",
+        ),
+        (
+            {"max_elasticity_factor": 2.0},
+            ArgumentTypeError,
+            "max_elasticity_factor: expected a whole number (a power of two)",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_naming_the_setting(
@@ -341,3 +359,57 @@ def test_an_update_turns_on_off_pins_and_keeps_the_rest() -> None:
     assert AutoscalerConfig.from_json(pinned.to_json()) == pinned
     assert pinned.describe(12) == "pinned at 3 containers"
     assert config.describe(12).startswith("on: 2-12 containers, scale out past 60 s of backlog")
+
+
+def growing_backlog(
+    containers: int, factor: int, seconds: int, growth: int = 3000
+) -> list[Observation]:
+    """Every container busy at 1000/s while the backlog grows by ``growth`` records a second."""
+    return [
+        observe(t, containers, lag=(t + 1) * growth // (3 * factor), factor=factor, defined=1)
+        for t in range(seconds)
+    ]
+
+
+def test_more_containers_than_tasks_wanted_splits_the_factor_up_to_its_bound() -> None:
+    # 3 containers run the 3 tasks of factor 1, and the input needs about 6.
+    allowed = replace(ON, max_elasticity_factor=4)
+    decisions, _ = run(allowed, growing_backlog(3, 1, 120))
+    split = next(d for d in decisions if d.acts)
+    assert (split.action, split.target, split.factor, split.rule) == (SPLIT, 3, 2, "lagging")
+    assert "more than the 3 tasks; split to factor 2" in split.reason
+    assert split.to_json()["elasticityFactor"] == 2
+    # Without a factor bound the task count is the container maximum; at the bound, too.
+    decisions, _ = run(ON, growing_backlog(3, 1, 120))
+    assert not any(d.acts for d in decisions)
+    assert decisions[-1].rule == "at-max"
+    decisions, _ = run(allowed, growing_backlog(12, 4, 120, growth=30_000))
+    assert not any(d.acts for d in decisions)
+    assert decisions[-1].rule == "at-max"
+
+
+def test_a_container_maximum_below_the_task_count_is_never_split_past() -> None:
+    bounded = replace(ON, max_elasticity_factor=4, max_containers=2)
+    decisions, _ = run(bounded, growing_backlog(2, 1, 120))
+    assert not any(d.acts for d in decisions)
+    assert decisions[-1].rule == "at-max"
+
+
+def test_a_job_split_far_beyond_its_containers_merges_back_when_no_task_is_busy() -> None:
+    allowed = replace(ON, max_elasticity_factor=8)
+    # 2 containers run 24 tasks at factor 8 (the job defines 1): 6 each at factor 4.
+    steady = [observe(t, 2, factor=8, defined=1) for t in range(61)]
+    decisions, _ = run(allowed, steady)
+    merge = decisions[-1]
+    assert (merge.action, merge.target, merge.factor, merge.rule) == (MERGE, 2, 4, "over-split")
+    assert {d.rule for d in decisions[:-1]} == {"stabilizing"}
+    # A busy task holds the merge, as it holds a scale-in.
+    busy = [observe(t, 2, lag=5000, factor=8, defined=1) for t in range(61)]
+    decisions, _ = run(replace(allowed, max_drain_s=1000), busy)
+    assert not any(d.acts for d in decisions)
+    # At the defined factor, or with too few tasks to keep two per container, no merge.
+    for factor, defined in ((8, 8), (2, 1)):
+        decisions, _ = run(
+            allowed, [observe(t, 2, factor=factor, defined=defined) for t in range(61)]
+        )
+        assert not any(d.acts for d in decisions)

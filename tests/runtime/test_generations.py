@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, TaskProcessor, TaskState, with_task_state
 from spark_elastic.errors import CheckpointError
@@ -109,9 +109,9 @@ def produce(log: EmbeddedLog, start: int, count: int) -> None:
             producer.send(f"user-{i % 13}".encode(), b"v")
 
 
-def run(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> list[tuple[str, int]]:
+def counts(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> DataFrame:
+    """Running counts of every key of ``clicks``, at factor 2, 40 records a batch."""
     register_log_source(spark)
-    emitted: list[tuple[str, int]] = []
     events = (
         spark.readStream.format(LOG_SOURCE_FORMAT)
         .option("path", str(log.path))
@@ -120,7 +120,7 @@ def run(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> list[tuple[s
         .option("maxOffsetsPerTrigger", 40)
         .load()
     )
-    counts = events.transform(
+    return events.transform(
         with_task_state(
             Count(),
             job="forks",
@@ -129,8 +129,13 @@ def run(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> list[tuple[s
             partitions={"clicks": 2},
         )
     )
+
+
+def run(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> list[tuple[str, int]]:
+    emitted: list[tuple[str, int]] = []
     query = (
-        counts.writeStream.foreachBatch(
+        counts(spark, log, checkpoint)
+        .writeStream.foreachBatch(
             lambda batch, _: emitted.extend((r.key, r.n) for r in batch.collect())
         )
         .option("checkpointLocation", str(checkpoint))

@@ -1,0 +1,189 @@
+"""A warm-up follows its old owners' committed state (KIP-441's warm-up replica).
+
+Runs on a warm-up container's driver, in its own SparkSession, while the
+old owners keep running the tasks it will take. :func:`follow` finds the
+checkpoints that hold the warm-up's keys (the owners in the job model),
+forks each one's committed prefix while its query runs (hard links; files
+its maintenance deletes meanwhile are skipped) and rescales the forks to
+the warm-up's tasks. The result, a *snapshot*, is a complete checkpoint for
+those tasks as of the owners' last commits, kept next to the warm-up's
+generation directory with the batch of each source it was made from. A
+warm-up follows again whenever its owners have committed since, at most
+every ``every_s``.
+
+At the handover the owners have stopped. :func:`take_snapshot` moves the
+snapshot into place when its sources are exactly the handover's at the
+batches they last committed: nothing committed since, so its state is
+theirs. Otherwise the container rescales the sources again, in a JVM and
+Python workers that the snapshots have warmed (every code path of a rescale
+has run at least once), so the stall pays no cold start. Following is
+what makes a warm-up ready: it registers after its first snapshot.
+
+May import :mod:`spark_elastic.state` and the runtime's pure modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_elastic.runtime.generations import fork_committed, last_committed_batch
+from spark_elastic.runtime.keys import Holders
+from spark_elastic.runtime.protocol import ContainerModel, JobModel
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["Snapshot", "follow", "snapshot_dir", "take_snapshot"]
+
+_SOURCES_FILE = "sources.json"
+_CHECKPOINT = "checkpoint"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A warm-up's copy of its keys' state, as of its sources' last commits.
+
+    Attributes
+    ----------
+    path
+        The rescaled checkpoint, ready to become the warm-up's generation.
+    sources
+        Each source checkpoint and the batch it had last committed.
+    keys
+        Keys of user state in it.
+    seconds
+        How long forking and rescaling took.
+    """
+
+    path: Path
+    sources: Mapping[str, int]
+    keys: int
+    seconds: float
+
+
+def snapshot_dir(target: str | os.PathLike[str]) -> Path:
+    """Where a warm-up whose generation will be ``target`` keeps its snapshot."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.following")
+
+
+def holder_batches(model: JobModel, tasks: Sequence[str]) -> dict[str, int] | None:
+    """The checkpoints holding keys of ``tasks``, each with its last committed batch.
+
+    ``None`` while one of them has committed nothing: there is no state to
+    copy yet (a new owner that has just started holds what its own sources
+    hold, and those are not to be read while it may still fork them).
+    """
+    holders = Holders(model.containers).of(tasks)
+    batches = {
+        c.checkpoint: last_committed_batch(c.checkpoint)
+        for c in model.containers
+        if c.container_id in holders
+    }
+    if not batches or min(batches.values()) < 0:
+        return None
+    return dict(sorted(batches.items()))
+
+
+def read_snapshot(target: str | os.PathLike[str]) -> Snapshot | None:
+    """The snapshot kept for ``target``, if a complete one is there."""
+    home = snapshot_dir(target)
+    try:
+        meta = json.loads((home / _SOURCES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return Snapshot(
+        home / _CHECKPOINT,
+        {str(k): int(v) for k, v in meta["sources"].items()},
+        int(meta["keys"]),
+        float(meta["seconds"]),
+    )
+
+
+def follow(
+    spark: SparkSession, model: JobModel, warm: ContainerModel, factor: int
+) -> Snapshot | None:
+    """Bring the warm-up's snapshot up to its owners' last commits.
+
+    Runs on the warm-up's driver, once when it starts and then whenever it
+    is due. Returns the new snapshot, or ``None`` if the owners committed
+    nothing since the last one (or nothing at all yet).
+
+    Raises
+    ------
+    SparkElasticError
+        The fork or the rescale failed (for example an owner's checkpoint
+        vanished because the job model moved on); the previous snapshot
+        stays.
+    """
+    from spark_elastic.state.rescale import rescale
+
+    batches = holder_batches(model, warm.tasks)
+    previous = read_snapshot(warm.checkpoint)
+    if batches is None or (previous is not None and previous.sources == batches):
+        return None
+    home = snapshot_dir(warm.checkpoint)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{home.name}.", dir=home.parent))
+    try:
+        started = time.monotonic()
+        forked = {}
+        for i, source in enumerate(batches):
+            forked[source] = fork_committed(source, staging / "forks" / str(i), live=True)
+        # The fork read each source's last commit itself; a commit between the two reads
+        # only makes the snapshot newer.
+        made_from = {s: f.last_committed for s, f in forked.items()}
+        result = rescale(
+            [staging / "forks" / str(i) for i in range(len(forked))],
+            staging / _CHECKPOINT,
+            factor,
+            spark,
+            tasks=warm.tasks,
+        )
+        shutil.rmtree(staging / "forks")
+        seconds = time.monotonic() - started
+        (staging / _SOURCES_FILE).write_text(
+            json.dumps({"sources": made_from, "keys": result.keys, "seconds": seconds})
+        )
+        # The sources file is written last and the directory replaced whole: a crash
+        # leaves the old snapshot, or a staging directory no one reads.
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(home)
+        os.replace(staging, home)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Snapshot(home / _CHECKPOINT, made_from, result.keys, seconds)
+
+
+def take_snapshot(target: str | os.PathLike[str], sources: Sequence[str]) -> Snapshot | None:
+    """Make the snapshot ``target``'s checkpoint if it is still the sources' state.
+
+    Runs on the new owner's driver at the handover, after its old owners
+    stopped. The snapshot is taken when it was made from exactly
+    ``sources`` and none of them committed a batch since; it is discarded
+    otherwise. Returns it, or ``None``.
+    """
+    snapshot = read_snapshot(target)
+    current = {s: last_committed_batch(s) for s in sources}
+    home = snapshot_dir(target)
+    if snapshot is None or dict(snapshot.sources) != current:
+        shutil.rmtree(home, ignore_errors=True)
+        return None
+    os.replace(snapshot.path, target)
+    shutil.rmtree(home, ignore_errors=True)
+    return snapshot
+
+
+def drop_snapshot(target: str | os.PathLike[str]) -> None:
+    """Remove a warm-up's snapshot (its move was called off, or it was taken)."""
+    shutil.rmtree(snapshot_dir(target), ignore_errors=True)
