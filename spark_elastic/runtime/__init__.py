@@ -7,7 +7,8 @@ frozen dataclasses with their JSON), :mod:`.lease` (the lease arithmetic both
 sides share), the coordinator (job model versions, container registry,
 heartbeats and leases, autoscaler, HTTP API, status page, metrics, embedded store) and
 the container (one SparkSession running one query over the tasks the job
-model gives it, fenced by its lease).
+model gives it, fenced by its lease; as a warm-up, :mod:`.follow` copies its
+old owners' committed state first).
 
 May import: :mod:`spark_elastic.model`, :mod:`spark_elastic.assignment`,
 :mod:`spark_elastic.state`, :mod:`spark_elastic.dataplane`,

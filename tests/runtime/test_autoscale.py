@@ -237,6 +237,12 @@ def test_job_autoscale_on_the_command_line(coordinator: Coordinator) -> None:
     one_line_error(run_cli("job", "autoscale", url), "one of --on, --off, --pin N")
     one_line_error(run_cli("job", "autoscale", url, "--min", "4"), "maxContainers", "(4)")
     assert coordinator.status()["autoscaler"]["summary"] == "off (bounds 2-3 containers)"
+    result = run_cli("job", "autoscale", url, "--max-factor", "8")
+    assert result.stdout == "autoscaler off (bounds 2-3 containers, factor up to 8)\n"
+    one_line_error(
+        run_cli("job", "autoscale", url, "--max-factor", "3"),
+        "--max-factor: expected a power of two from 1 to 1024, found '3'",
+    )
 
 
 def test_bad_autoscaler_options_of_job_run_are_one_line_in_their_own_names(
