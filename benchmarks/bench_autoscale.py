@@ -4,7 +4,9 @@ Real processes on the embedded log: ``spark-elastic job run`` runs the
 click-count job of ``examples/jobs/click_counts.py`` (2 partitions, factor 4:
 8 stateful tasks) on one container. Each container reads at most
 ``--batch`` records per micro-batch of 1 s, so its capacity is fixed
-whatever the machine does. A producer sends ``--rate`` records a second,
+whatever the machine does (on 2 cores, a container's micro-batch of 100
+records takes 1-2 s, so about 50-100 records a second; more containers than
+cores add little). A producer sends ``--rate`` records a second,
 then four times that for ``--step-s`` seconds, then ``--rate`` again for
 ``--after-s`` seconds. The same load runs twice in one invocation: with
 the autoscaler on (window 20 s, cool-down 60 s, scale out past 20 s of
@@ -16,7 +18,7 @@ Printed for each: the scaling actions (with their time from the start of
 the step and their reason), the time to react (step start to the first
 scale-out decision), the peak lag, and the lag when the run ends.
 
-Run (about 20 minutes; nothing else should load the machine)::
+Run (about 21 minutes; nothing else should load the machine)::
 
     .venv/bin/python benchmarks/bench_autoscale.py
 """
@@ -85,7 +87,7 @@ def run_case(work: Path, autoscale: bool, args: argparse.Namespace) -> dict[str,
     }
     scaling = (
         "--autoscale",
-        *("--autoscale-max", "4", "--autoscale-drain-ms", "20000"),
+        *("--autoscale-max", str(args.max_containers), "--autoscale-drain-ms", "20000"),
         *("--autoscale-window-ms", "20000", "--autoscale-cooldown-ms", "60000"),
         *("--autoscale-busy-lag", str(args.batch)),
     )
@@ -149,10 +151,13 @@ def _measure(url: str, log: EmbeddedLog, args: argparse.Namespace) -> dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=int, default=100, help="base records a second (100)")
-    parser.add_argument("--batch", type=int, default=250, help="records per micro-batch (250)")
-    parser.add_argument("--step-s", type=float, default=240, help="how long the x4 step lasts")
-    parser.add_argument("--after-s", type=float, default=300, help="how long to watch after it")
+    parser.add_argument("--rate", type=int, default=40, help="base records a second (40)")
+    parser.add_argument("--batch", type=int, default=100, help="records per micro-batch (100)")
+    parser.add_argument("--step-s", type=float, default=180, help="how long the x4 step lasts")
+    parser.add_argument("--after-s", type=float, default=360, help="how long to watch after it")
+    parser.add_argument(
+        "--max-containers", type=int, default=2, help="the autoscaler's bound (2: the cores)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-autoscale-") as tmp:
         for autoscale in (True, False):

@@ -406,11 +406,18 @@ class TaskLoad:
     lag
         Records of its partitions not yet read; -1 when its owner has not
         reported it (no data).
+    share
+        The task's share of those records: ``1 / F`` for a key bucket of
+        factor ``F`` (its partition's other records belong to its sibling
+        buckets, which report the same lag), 1 for a task that owns its
+        partitions whole. The job's backlog is the sum of ``lag * share``,
+        each record counted once.
     """
 
     task: str
     owner: str
     lag: int
+    share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -591,7 +598,8 @@ def missing_data(observation: Observation) -> str | None:
 
 
 def _total_lag(observation: Observation) -> int:
-    return sum(t.lag for t in observation.tasks)
+    """The job's backlog in records, each counted once (see :attr:`TaskLoad.share`)."""
+    return round(sum(t.lag * t.share for t in observation.tasks))
 
 
 def _total_rate(observation: Observation) -> float:
@@ -629,7 +637,8 @@ def saturated_capacity(observation: Observation, busy_lag: int) -> float | None:
     observation
         An observation with no missing data.
     busy_lag
-        A container whose tasks lag more than this in total is saturated.
+        A container whose tasks' backlog is more than this in total is
+        saturated.
 
     Returns
     -------
@@ -637,9 +646,9 @@ def saturated_capacity(observation: Observation, busy_lag: int) -> float | None:
         The mean rate of the saturated containers that processed anything;
         None when none did.
     """
-    lag: dict[str, int] = {}
+    lag: dict[str, float] = {}
     for task in observation.tasks:
-        lag[task.owner] = lag.get(task.owner, 0) + task.lag
+        lag[task.owner] = lag.get(task.owner, 0) + task.lag * task.share
     rates = [
         c.rate
         for c in observation.containers

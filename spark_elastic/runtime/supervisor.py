@@ -217,6 +217,12 @@ def _model_factor(
     return factors.pop() if len(factors) == 1 and not warmups else model.elasticity_factor
 
 
+def _share(task: str) -> float:
+    """A task's share of its partitions' records: a key bucket's is ``1 / F``."""
+    name = parsed(task)
+    return 1.0 if name.kind is TaskKind.SINGLE else 1.0 / name.elasticity_factor
+
+
 def _locality_key(task: str) -> tuple[int, int, str]:
     name = TaskName.parse(task)
     partition = name.partition if name.partition is not None else -1
@@ -1387,7 +1393,9 @@ class Supervisor:
                 ContainerLoad(c.container_id, self._rate(c.container_id, now))
                 for c in sorted(self.model.containers, key=lambda c: c.generation)
             ),
-            tuple(TaskLoad(t, owner[t], lags[t]) for t in sorted(owner, key=_locality_key)),
+            tuple(
+                TaskLoad(t, owner[t], lags[t], _share(t)) for t in sorted(owner, key=_locality_key)
+            ),
             self.model.elasticity_factor,
             self.shape.elasticity_factor,
         )

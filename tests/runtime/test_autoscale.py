@@ -120,8 +120,9 @@ def acted(coordinator: Coordinator, action: str) -> list[str]:
 
 def test_a_load_step_scales_out_once_and_back_in_once(coordinator: Coordinator) -> None:
     load = Load(coordinator)
-    # The step: each container processes 1000 records/s flat out and the backlog stays.
-    load.until("a scale-out", 2000, 1000, lambda: acted(coordinator, "scale-out"))
+    # The step: each container processes 1000 records/s flat out and the backlog stays:
+    # 4000 records behind on each of the 3 partitions, reported by each of its 4 buckets.
+    load.until("a scale-out", 2000, 4000, lambda: acted(coordinator, "scale-out"))
     (out,) = acted(coordinator, "scale-out")
     assert out.startswith("autoscaler scale-out to 3: lagging: the backlog (12000 records)")
     # Back to 1200 records/s, no backlog: 2 containers of 1000/s carry it at 80%.
@@ -295,8 +296,9 @@ def test_a_job_lagging_at_one_container_per_task_is_split_within_the_factor_boun
                 "on: 1-2 containers, factor up to 4"
             )
             load = Load(c)
-            # Both containers flat out at 1000 records/s each, a backlog of 5 s.
-            load.until("a split", 2000, 5000, lambda: acted(c, "split"))
+            # Both containers flat out at 1000 records/s each, a backlog of 5 s (each
+            # bucket reports its partition's 10000 records).
+            load.until("a split", 2000, 10000, lambda: acted(c, "split"))
             (split,) = acted(c, "split")
             assert split.startswith("autoscaler split to factor 4: lagging:")
             assert "more than the 2 tasks; split to factor 4" in split

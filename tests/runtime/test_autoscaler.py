@@ -28,6 +28,7 @@ from spark_elastic.runtime.autoscaler import (
     PolicyState,
     TaskLoad,
     acted,
+    drain_time,
     evaluate,
     processing_rate,
 )
@@ -413,3 +414,11 @@ def test_a_job_split_far_beyond_its_containers_merges_back_when_no_task_is_busy(
             allowed, [observe(t, 2, factor=factor, defined=defined) for t in range(61)]
         )
         assert not any(d.acts for d in decisions)
+
+
+def test_sibling_buckets_count_their_partitions_backlog_once() -> None:
+    # 3 partitions, 4000 records behind each; the 4 buckets of a partition all report 4000.
+    seen = observe(0, 2, lag=4000, rate=1000.0)
+    shared = replace(seen, tasks=tuple(replace(t, share=1 / 4) for t in seen.tasks))
+    assert drain_time(shared) == 12_000 / 2000
+    assert drain_time(seen) == 4 * drain_time(shared)  # what summing the raw lags would say
