@@ -438,16 +438,14 @@ def needed_partitions(plan: JobPlan, tasks: tuple[str, ...]) -> dict[str, list[i
     return {topic: sorted(parts) for topic, parts in sorted(needed.items())}
 
 
-def _start_query(
+def _output(
     spark: SparkSession,
     job: Job,
     plan: JobPlan,
     mine: ContainerModel,
-    lease: ContainerLease,
-    settings: ContainerSettings,
     starts: Mapping[str, Mapping[str, int]] | None = None,
-) -> StreamingQuery:
-    """Build and start the container's query. Runs on the driver, once per container."""
+) -> DataFrame:
+    """The container's streaming output over its tasks (driver, once per query)."""
     from pyspark.sql import functions as F
 
     # The embedded log's source and Spark's kafka source get the same options.
@@ -481,7 +479,20 @@ def _start_query(
             VirtualTaskRouting.of(plan).task_count, "routing_key"
         )
         output = job.transform(routed)
+    return output
 
+
+def _start_query(
+    spark: SparkSession,
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    lease: ContainerLease,
+    settings: ContainerSettings,
+    starts: Mapping[str, Mapping[str, int]] | None = None,
+) -> StreamingQuery:
+    """Build and start the container's query. Runs on the driver, once per container."""
+    output = _output(spark, job, plan, mine, starts)
     sink, container_id, generation = job.sink, mine.container_id, mine.generation
     wait_s = settings.shutdown_s
 
@@ -697,20 +708,60 @@ def _pass_through(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     yield from frames
 
 
+def _rehearse(
+    spark: SparkSession, job: Job, plan: JobPlan, warm: ContainerModel, snapshot: Path
+) -> None:
+    """Run the job's query once on a throwaway copy of a snapshot, into a no-op sink.
+
+    Runs on a warm-up's driver, once: the new owner's first micro-batch then
+    finds the source, the routing, the state store loading its initial
+    state and the processor's Python workers already warm. The copy is
+    hard-linked and removed after; nothing reaches the job's sink.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix=".rehearsal.", dir=snapshot.parent.parent))
+    started = time.monotonic()
+    try:
+        copy = scratch / "checkpoint"
+        shutil.copytree(snapshot, copy, copy_function=os.link)
+        rehearsal = ContainerModel(warm.container_id, warm.tasks, warm.generation, str(copy))
+        output = _output(spark, job, plan, rehearsal, _rescaled_starts(copy, plan, rehearsal))
+        query = (
+            output.writeStream.format("noop")
+            .option("checkpointLocation", str(copy))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            query.stop()
+        _log(f"rehearsed a first micro-batch in {time.monotonic() - started:.1f} s")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 class _Follower:
     """A stateful warm-up's snapshots of its old owners' state (driver; see :mod:`.follow`)."""
 
     def __init__(self, spark: SparkSession, job: Job, every_s: float) -> None:
         self.spark, self.job, self.every_s = spark, job, every_s
         self.last = -float("inf")
+        self.rehearsed = False
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         warm = model.warmup(container_id)
         if warm is None or time.monotonic() - self.last < self.every_s:
             return
         self.last = time.monotonic()
+        factor = _factor_of(warm, self.job)
         try:
-            snapshot = follow(self.spark, model, warm, _factor_of(warm, self.job))
+            snapshot = follow(self.spark, model, warm, factor)
+            if snapshot is not None and not self.rehearsed:
+                self.rehearsed = True
+                plan = grown_plan(self.job.grouper, factor, model.planned, model.partitions)
+                _rehearse(self.spark, self.job, plan, warm, snapshot.path)
         except Exception as exc:  # the owners moved on: the handover rescales instead
             _log(f"following the old owners failed ({type(exc).__name__}: {exc}); will retry")
             return

@@ -38,9 +38,11 @@ The recipe, in small steps:
 7. **Move (KIP-441).** A stateful scale or a factor change first launches
    the new owners as warm-ups (``JobModel.warmups``) while the old owners run
    every task; each tick, :meth:`Supervisor._advance_move` moves one group
-   (warm-ups sharing an old owner) once all its warm-ups are ready: it stops
-   the group's old owners, then, once they are gone, hands the warm-ups their
-   tasks with the old owners' checkpoints as sources.
+   (warm-ups sharing an old owner) once the assignor's ``may_shut_down``
+   lists all its old owners (:func:`may_shut_down`: every piece of state
+   they hold has a ready warm-up): it stops the group's old owners, then, once they are
+   gone, hands the warm-ups their tasks with the old owners' checkpoints as
+   sources.
 """
 
 from __future__ import annotations
@@ -181,6 +183,54 @@ def _scale_assignment(
     result = assign([TaskSpec(t, stateful=False) for t in tasks], clients)
     sets = [tuple(sorted(a.active)) for a in result.assignment.values() if a.active]
     return sorted(sets)
+
+
+def may_shut_down(
+    warmups: Sequence[ContainerModel], owners: Sequence[ContainerModel], ready: set[str]
+) -> tuple[str, ...]:
+    """The old owners KIP-441's assignor lets shut down, with the ``ready`` warm-ups caught up.
+
+    The assignor's tasks are the pieces of state the move hands over: each
+    warm-up task (at the new factor, for a factor change) with each old
+    owner holding some of its keys (a merge's new task has several). Each
+    old owner is a leaving client running, caught up, the pieces it holds;
+    a ready warm-up has caught up with the pieces of its tasks (its snapshot
+    of their state), one still starting has none. The assignor leaves a
+    piece active on its leaving owner while no other client has caught up
+    with it, so an owner may shut down (its ``may_shut_down``) only once
+    every piece it holds has a ready new owner.
+    """
+    from spark_elastic.assignment.assignor import assign
+    from spark_elastic.assignment.model import ClientState, TaskSpec
+
+    holders = Holders(owners)
+    pieces: dict[str, list[str]] = {o.container_id: [] for o in owners}
+    wanted: dict[str, list[str]] = {w.container_id: [] for w in warmups}
+    for w in warmups:
+        for task in w.tasks:
+            for holder in sorted(holders.of([task])):
+                piece = f"{task} <- {holder}"
+                pieces[holder].append(piece)
+                wanted[w.container_id].append(piece)
+    clients = [
+        ClientState(
+            owner,
+            previous_active=held,
+            lags=dict.fromkeys(held, 0),
+            leaving=True,
+        )
+        for owner, held in pieces.items()
+    ]
+    clients += [
+        ClientState(
+            w,
+            previous_warmup=held,
+            lags=dict.fromkeys(held, 0) if w in ready else {},
+        )
+        for w, held in wanted.items()
+    ]
+    every = [TaskSpec(p, stateful=True) for held in pieces.values() for p in held]
+    return assign(every, clients).may_shut_down
 
 
 def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[tuple[str, ...]]:
@@ -1095,8 +1145,9 @@ class Supervisor:
 
         Per group, three phases, each derived from the store, so a restarted
         coordinator resumes where the last one was: warm-ups starting (wait);
-        all warm (stop the group's old owners: they finish their batch and
-        exit); old owners stopped or their leases out (the warm-ups own the
+        the assignor lets the group's old owners shut down (every piece of
+        state they hold has a ready warm-up: stop them; they finish their
+        batch and exit); old owners stopped or their leases out (the warm-ups own the
         tasks, from the old owners' committed checkpoints). A group in its
         last phase goes first; no other group starts moving meanwhile, nor
         until the new owners of the groups before it have reported progress
@@ -1117,9 +1168,17 @@ class Supervisor:
             if not any(o.container_id in self._retired for o in owners):
                 self._hand_to(warmups, owners)
             return
-        ready = next((g for g in groups if all(self._ready(w.container_id) for w in g[0])), None)
+        ready = next((g for g in groups if self._owners_may_shut_down(*g)), None)
         if ready is not None and not self._new_owners_starting(groups):
             self._stop_owners(*ready)
+
+    def _owners_may_shut_down(
+        self, warmups: list[ContainerModel], owners: list[ContainerModel]
+    ) -> bool:
+        """Whether KIP-441's assignor lets every old owner of a group shut down now."""
+        ready = {w.container_id for w in warmups if self._ready(w.container_id)}
+        allowed = may_shut_down(warmups, owners, ready)
+        return all(o.container_id in allowed for o in owners)
 
     def _new_owners_starting(
         self, groups: list[tuple[list[ContainerModel], list[ContainerModel]]]

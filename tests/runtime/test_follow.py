@@ -9,11 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from test_generations import counts, produce
+from test_generations import Count, counts, produce
 
-from spark_elastic import EmbeddedLog, rescale
+from spark_elastic import EmbeddedLog, Job, LogInput, ParquetSink, rescale
+from spark_elastic.runtime.container import _rehearse
 from spark_elastic.runtime.follow import follow, holder_batches, snapshot_dir, take_snapshot
 from spark_elastic.runtime.generations import last_committed_batch
+from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import seed_dir
 
@@ -118,3 +120,31 @@ def test_a_warm_up_has_nothing_to_follow_before_its_owners_first_commit(
     assert holder_batches(model, WANTED) is None
     assert follow(spark, model, model.warmups[0], 4) is None
     assert not snapshot_dir(tmp_path / "gen-2").exists()
+
+
+def test_a_rehearsal_runs_the_query_on_a_throwaway_copy_and_touches_nothing_else(
+    spark: SparkSession,
+    log: EmbeddedLog,
+    tmp_path: Path,
+    owner: StreamingQuery,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    old, new = tmp_path / "gen-1", tmp_path / "gen-2"
+    model = model_with_warmup(old, new)
+    snapshot = follow(spark, model, model.warmups[0], 4)
+    assert snapshot is not None
+    before = sorted(p.relative_to(snapshot.path) for p in snapshot.path.rglob("*"))
+    job = Job(
+        "forks",
+        LogInput(str(log.path), ("clicks",), max_records_per_batch=40),
+        2,
+        str(tmp_path / "checkpoints"),
+        ParquetSink(str(tmp_path / "out")),
+        processor=Count(),
+    )
+    plan = grown_plan("partition", 4, {"clicks": 2}, {"clicks": 2})
+    _rehearse(spark, job, plan, model.warmups[0], snapshot.path)
+    assert "rehearsed a first micro-batch" in capfd.readouterr().err
+    assert sorted(p.relative_to(snapshot.path) for p in snapshot.path.rglob("*")) == before
+    assert not (tmp_path / "out").exists()  # the job's sink saw nothing
+    assert not list(snapshot.path.parent.parent.glob(".rehearsal.*"))

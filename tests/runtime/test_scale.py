@@ -18,7 +18,8 @@ from test_coordinator import TASKS, Coordinator, call, shape, wait_until
 from test_growth import Clock, crash
 from test_job_run import alive
 
-from spark_elastic.runtime.supervisor import JobShape
+from spark_elastic.runtime.protocol import ContainerModel
+from spark_elastic.runtime.supervisor import JobShape, may_shut_down
 
 
 @pytest.fixture
@@ -488,3 +489,25 @@ def test_an_owner_dying_mid_move_is_replaced_and_its_new_owner_starts_from_commi
         ),
     )
     assert again["sources"] == first["sources"]
+
+
+def container(name: str, *tasks: str) -> ContainerModel:
+    return ContainerModel(name, tasks, 1, f"/cp/{name}")
+
+
+def test_an_old_owner_may_shut_down_only_once_every_task_it_runs_has_a_ready_new_owner() -> None:
+    # KIP-441's assignor decides: a task stays active on its leaving owner while no other
+    # client has caught up with it.
+    old = container("old", "Partition 0_0_2", "Partition 0_1_2")
+    split = [
+        container("w1", "Partition 0_0_4", "Partition 0_2_4"),
+        container("w2", "Partition 0_1_4"),
+    ]
+    assert may_shut_down(split, [old], ready=set()) == ()
+    assert may_shut_down(split, [old], ready={"w1"}) == ()
+    assert may_shut_down(split, [old], ready={"w1", "w2"}) == ("old",)
+    # A merge: one new task's keys are held by two old owners; both wait for its new owner.
+    a, b = container("a", "Partition 0_0_4", "Partition 0_1_4"), container("b", "Partition 0_2_4")
+    merge = [container("w", "Partition 0_0_2")]
+    assert may_shut_down(merge, [a, b], ready=set()) == ()
+    assert set(may_shut_down(merge, [a, b], ready={"w"})) == {"a", "b"}
