@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,13 +30,23 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (*_TEST_DIRS, os.environ.get("PYTHONPATH", "")) if p
 )
 
+# The suite starts many short-lived JVMs on 2 cores (its session, every container a test's
+# coordinator launches): the C1 compiler alone compiles less and gets them going sooner
+# (about 12% off a file of Spark specs here). Tests only; containers keep the full JIT.
+TEST_JAVA_OPTIONS = "-Xss16m -XX:TieredStopAtLevel=1"
+os.environ.setdefault(
+    "SPARK_ELASTIC_CONF", json.dumps({"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS})
+)
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession shared by every test (Spark takes ~10 s to start)."""
     from spark_elastic.dataplane.session import local_session
 
-    session = local_session("spark-elastic-tests")
+    session = local_session(
+        "spark-elastic-tests", conf={"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
+    )
     yield session
     session.stop()
 

@@ -69,8 +69,24 @@ def model_with_warmup(owner_checkpoint: Path, warm_checkpoint: Path) -> JobModel
     )
 
 
+def click_job(log: EmbeddedLog, root: Path) -> Job:
+    """The owner's query as a container runs it (the rehearsal builds it from the job)."""
+    return Job(
+        "forks",
+        LogInput(str(log.path), ("clicks",), max_records_per_batch=40),
+        2,
+        str(root / "checkpoints"),
+        ParquetSink(str(root / "out")),
+        processor=Count(),
+    )
+
+
 def test_a_warm_up_follows_a_running_owner_and_takes_the_snapshot_when_nothing_committed_since(
-    spark: SparkSession, log: EmbeddedLog, tmp_path: Path, owner: StreamingQuery
+    spark: SparkSession,
+    log: EmbeddedLog,
+    tmp_path: Path,
+    owner: StreamingQuery,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     old, new = tmp_path / "gen-1", tmp_path / "gen-2"
     model = model_with_warmup(old, new)
@@ -88,6 +104,20 @@ def test_a_warm_up_follows_a_running_owner_and_takes_the_snapshot_when_nothing_c
     newer = follow(spark, model, warm, 4)
     assert newer is not None
     assert newer.sources[str(old)] > first.sources[str(old)]
+
+    # The warm-up rehearses the new owner's first micro-batch on a throwaway copy.
+    files = sorted(p.relative_to(newer.path) for p in newer.path.rglob("*"))
+    _rehearse(
+        spark,
+        click_job(log, tmp_path),
+        grown_plan("partition", 4, *[{"clicks": 2}] * 2),
+        warm,
+        newer.path,
+    )
+    assert "rehearsed a first micro-batch" in capfd.readouterr().err
+    assert sorted(p.relative_to(newer.path) for p in newer.path.rglob("*")) == files
+    assert not (tmp_path / "out").exists()  # the job's sink saw nothing
+    assert not list(tmp_path.glob(".rehearsal.*"))
 
     # The handover: the owner stops at a batch boundary without committing again.
     owner.stop()
@@ -120,31 +150,3 @@ def test_a_warm_up_has_nothing_to_follow_before_its_owners_first_commit(
     assert holder_batches(model, WANTED) is None
     assert follow(spark, model, model.warmups[0], 4) is None
     assert not snapshot_dir(tmp_path / "gen-2").exists()
-
-
-def test_a_rehearsal_runs_the_query_on_a_throwaway_copy_and_touches_nothing_else(
-    spark: SparkSession,
-    log: EmbeddedLog,
-    tmp_path: Path,
-    owner: StreamingQuery,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    old, new = tmp_path / "gen-1", tmp_path / "gen-2"
-    model = model_with_warmup(old, new)
-    snapshot = follow(spark, model, model.warmups[0], 4)
-    assert snapshot is not None
-    before = sorted(p.relative_to(snapshot.path) for p in snapshot.path.rglob("*"))
-    job = Job(
-        "forks",
-        LogInput(str(log.path), ("clicks",), max_records_per_batch=40),
-        2,
-        str(tmp_path / "checkpoints"),
-        ParquetSink(str(tmp_path / "out")),
-        processor=Count(),
-    )
-    plan = grown_plan("partition", 4, {"clicks": 2}, {"clicks": 2})
-    _rehearse(spark, job, plan, model.warmups[0], snapshot.path)
-    assert "rehearsed a first micro-batch" in capfd.readouterr().err
-    assert sorted(p.relative_to(snapshot.path) for p in snapshot.path.rglob("*")) == before
-    assert not (tmp_path / "out").exists()  # the job's sink saw nothing
-    assert not list(snapshot.path.parent.parent.glob(".rehearsal.*"))
