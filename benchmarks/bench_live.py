@@ -9,20 +9,24 @@ its keyed state holds the given number of keys, a producer keeps about
 ``stall``
     ``job scale --containers 3`` (2 -> 3): every task moves. A moved task's
     stall is the time from its old owner's last committed batch to its new
-    owner's first published batch, with KIP-441 warm-ups (the default: the
-    new owner's Spark application starts while the old one runs) and with a
-    cold move (``job run --cold-moves``: the new owner starts after the old
-    one stopped), which is what stopping and restarting on a rescaled
+    owner's first published batch with output rows, for each way a move
+    can go: warm-ups that replay (the default: the new owner's query runs on
+    a snapshot of the old owner's state and applies its committed records
+    quietly, so at the handover it only lifts its gate), warm-ups that
+    renew snapshots (``job run --warm-up-mode snapshot``: the new owner's
+    Spark application is up, its query starts at the handover), and a cold
+    move (``job run --cold-moves``: the new owner starts after the old one
+    stopped), which is what stopping and restarting on a rescaled
     checkpoint costs a user.
 ``factor``
     ``job scale --elasticity-factor 8`` then ``4`` (a live split, then a
-    merge), with warm-ups: each group's zero-output time as above, and the
-    longest time the *whole job* published nothing.
+    merge): each group's zero-output time as above, and the longest time
+    the *whole job* published nothing.
 
-Run (about 20 minutes; nothing else should load the machine)::
+Run (about 40 minutes; nothing else should load the machine)::
 
     .venv/bin/python benchmarks/bench_live.py
-    .venv/bin/python benchmarks/bench_live.py --keys 10000 --sections stall   # one case
+    .venv/bin/python benchmarks/bench_live.py --keys 10000 --sections stall --modes replay
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from spark_elastic import EmbeddedLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +55,12 @@ JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
 BUILD_BATCH = 100_000
 """Records per micro-batch while the state is built (the steady trickle is far smaller)."""
 TRICKLE_PER_S = 200
+MODES = {
+    "replay": [],
+    "snapshot": ["--warm-up-mode", "snapshot"],
+    "cold": ["--cold-moves"],
+}
+"""How a move goes, and the ``job run`` options for it."""
 
 
 def get_json(url: str) -> Any:
@@ -86,7 +98,7 @@ class Trickle(threading.Thread):
 class RunningJob:
     """``spark-elastic job run`` in its own process, and what it launched."""
 
-    def __init__(self, root: Path, cold: bool) -> None:
+    def __init__(self, root: Path, mode: str) -> None:
         env = {
             **os.environ,
             "CLICKS_ROOT": str(root),
@@ -96,7 +108,7 @@ class RunningJob:
         command = [
             sys.executable,
             *("-m", "spark_elastic", "job", "run", JOB, "--containers", "2", "--port", "0"),
-            *(["--cold-moves"] if cold else []),
+            *MODES[mode],
         ]
         self.log_file = (root / "coordinator.log").open("w")
         self.process = subprocess.Popen(
@@ -137,8 +149,17 @@ class RunningJob:
 
 
 def published(out: Path, container: str) -> list[float]:
-    """Times a container published batches (its sink's ``_SUCCESS`` markers), ascending."""
-    return sorted(p.stat().st_mtime for p in out.glob(f"container={container}/*/*/_SUCCESS"))
+    """Times a container published batches with rows (their ``_SUCCESS`` markers), ascending.
+
+    A batch without rows (a new owner's first batch may hold only records its old
+    owner published already) is not output.
+    """
+    times = []
+    for marker in out.glob(f"container={container}/*/*/_SUCCESS"):
+        rows = sum(pq.read_metadata(f).num_rows for f in marker.parent.glob("*.parquet"))
+        if rows:
+            times.append(marker.stat().st_mtime)
+    return sorted(times)
 
 
 def last_commit(checkpoint: str) -> float:
@@ -146,14 +167,14 @@ def last_commit(checkpoint: str) -> float:
     return max(p.stat().st_mtime for p in commits)
 
 
-def build_state(root: Path, keys: int, cold: bool) -> tuple[RunningJob, EmbeddedLog]:
+def build_state(root: Path, keys: int, mode: str) -> tuple[RunningJob, EmbeddedLog]:
     log = EmbeddedLog(root / "log", fsync=False)
     log.create_topic("clicks", 2)
     with log.producer("clicks") as producer:
         for start in range(0, keys, 50_000):
             users = [f"user-{i}".encode() for i in range(start, min(start + 50_000, keys))]
             producer.send_many(users, [b"x"] * len(users))
-    job = RunningJob(root, cold)
+    job = RunningJob(root, mode)
     started = time.monotonic()
     wait_until(f"{keys} keys of state built", job.caught_up)
     print(f"    built {keys} keys of state in {time.monotonic() - started:.0f} s", flush=True)
@@ -202,9 +223,9 @@ def change(job: RunningJob, *option: str) -> tuple[list[dict[str, Any]], float, 
     return result, done - asked, job_gap(job, asked, done)
 
 
-def stall_case(keys: int, cold: bool) -> dict[str, Any]:
+def stall_case(keys: int, mode: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
-        job, log = build_state(Path(tmp), keys, cold)
+        job, log = build_state(Path(tmp), keys, mode)
         trickle = Trickle(log, keys)
         trickle.start()
         try:
@@ -214,13 +235,13 @@ def stall_case(keys: int, cold: bool) -> dict[str, Any]:
             trickle.stopping.set()
             job.stop()
     stalls = [m["stall"] for m in result]
-    return {"keys": keys, "mode": "cold" if cold else "warm-up", "stalls": stalls, "took": took}
+    return {"keys": keys, "mode": mode, "stalls": stalls, "took": took}
 
 
-def factor_case(keys: int) -> list[dict[str, Any]]:
+def factor_case(keys: int, mode: str) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
-        job, log = build_state(Path(tmp), keys, cold=False)
+        job, log = build_state(Path(tmp), keys, mode)
         trickle = Trickle(log, keys)
         trickle.start()
         try:
@@ -245,31 +266,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", default="10000,1000000", help="comma-separated key counts")
     parser.add_argument("--sections", default="stall,factor", help="stall, factor")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
+    )
     args = parser.parse_args()
     keys = [int(k) for k in args.keys.split(",")]
     sections = set(args.sections.split(","))
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"--modes: expected some of {', '.join(MODES)}, found {unknown[0]!r}")
     print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions, factor 4", flush=True)
     if "stall" in sections:
         print("\nstall of a moved task, 2 -> 3 containers (every task moves):", flush=True)
         for k in keys:
-            for cold in (False, True):
-                row = stall_case(k, cold)
+            for mode in modes:
+                row = stall_case(k, mode)
                 stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
                 print(
-                    f"  {k:>9} keys  {row['mode']:<8} stall per new owner {stalls} s "
+                    f"  {k:>9} keys  {row['mode']:<9} stall per new owner {stalls} s "
                     f"(max {max(row['stalls']):.1f} s); change made in {row['took']:.0f} s",
                     flush=True,
                 )
     if "factor" in sections:
         k = max(keys)
-        print(f"\nlive factor change with {k} keys (2 containers, warm-ups):", flush=True)
-        for row in factor_case(k):
-            stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
-            print(
-                f"  {row['change']:<12} zero output per group {stalls} s; whole job's longest "
-                f"gap {row['job_gap']:.1f} s; change made in {row['took']:.0f} s",
-                flush=True,
-            )
+        for mode in [m for m in modes if m != "cold"]:
+            print(f"\nlive factor change with {k} keys (2 containers, {mode}):", flush=True)
+            for row in factor_case(k, mode):
+                stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
+                print(
+                    f"  {row['change']:<12} zero output per group {stalls} s; whole job's longest "
+                    f"gap {row['job_gap']:.1f} s; change made in {row['took']:.0f} s",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

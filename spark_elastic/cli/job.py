@@ -160,6 +160,16 @@ def register(subparsers: Any) -> None:
         "owners stopped (for comparison; KIP-441's warm-ups are the default)",
     )
     run.add_argument(
+        "--warm-up-mode",
+        choices=("replay", "snapshot"),
+        default="replay",
+        help="how a stateful warm-up follows its old owners: replay (the default where the "
+        "input allows it, the embedded log: it runs the job's query on a snapshot of their "
+        "state and applies their committed records without output, so it takes the tasks "
+        "over without restarting) or snapshot (it renews a copy of their state and starts "
+        "its query at the handover)",
+    )
+    run.add_argument(
         "--startup-ms",
         type=_positive_ms,
         default=180_000,
@@ -300,6 +310,7 @@ def _run(args: argparse.Namespace) -> int:
         "SPARK_ELASTIC_HEARTBEAT_RETRIES": str(args.heartbeat_retries),
         "SPARK_ELASTIC_WRITE_BUDGET_MS": str(args.write_budget_ms),
         "SPARK_ELASTIC_CONF": json.dumps(dict(args.conf)),
+        "SPARK_ELASTIC_WARMUP": args.warm_up_mode,
     }
     if args.heartbeat_timeout_ms:
         container_env["SPARK_ELASTIC_HEARTBEAT_TIMEOUT_MS"] = str(args.heartbeat_timeout_ms)

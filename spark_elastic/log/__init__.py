@@ -2,10 +2,11 @@
 
 Owns :mod:`.storage` (segment files and the topic layout), :mod:`.embedded`
 (:class:`~.embedded.EmbeddedLog`: topics, partitions, growth, reads),
-:mod:`.producer` (batched appends with Kafka's partitioner) and :mod:`.source`
-(the Spark data source that streams a topic with the Kafka source's schema).
+:mod:`.producer` (batched appends with Kafka's partitioner), :mod:`.source`
+(the Spark data source that streams a topic with the Kafka source's schema)
+and :mod:`.gate` (the file that holds a query of that source at given offsets).
 
 May import: :mod:`spark_elastic.errors`, numpy, and (in :mod:`.source` only)
 pyspark. It knows nothing of tasks or plans: the log is an input like Kafka.
-Inside the package, storage <- producer <- embedded <- source.
+Inside the package, storage <- producer <- embedded <- source, and gate <- source.
 """

@@ -16,6 +16,11 @@ source's where they apply:
 ``maxOffsetsPerTrigger``  most records per micro-batch, split over partitions in
                           proportion to their backlog
 ``failOnDataLoss``        accepted and ignored: the log never deletes records
+``gate``                  a JSON file of offsets, ``{"topic": {"0": 23}}``, that no
+                          micro-batch passes (read each trigger); a partition it
+                          does not name, or a missing file, admits nothing new, and
+                          ``null`` in the file lifts the gate (spark-elastic's own:
+                          a warm-up that follows its old owners)
 ``kafka.*``               ignored, so a query can switch between this and ``kafka``
 ========================  ============================================================
 
@@ -68,12 +73,18 @@ from pyspark.sql.types import (
 
 from spark_elastic.errors import ArgumentError, LogError
 from spark_elastic.log.embedded import EmbeddedLog, validate_topic_name
+from spark_elastic.log.gate import Offsets, read_gate
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["KAFKA_SCHEMA", "LOG_SOURCE_FORMAT", "ElasticLogDataSource", "register_log_source"]
+__all__ = [
+    "KAFKA_SCHEMA",
+    "LOG_SOURCE_FORMAT",
+    "ElasticLogDataSource",
+    "register_log_source",
+]
 
 LOG_SOURCE_FORMAT: Final = "elastic-log"
 """The format name: ``spark.readStream.format("elastic-log")``."""
@@ -103,11 +114,10 @@ _OPTIONS: Final = (
     "endingOffsets",
     "maxOffsetsPerTrigger",
     "failOnDataLoss",
+    "gate",
 )
 
 TopicPartition = tuple[str, int]
-Offsets = dict[TopicPartition, int]
-"""Next offset to read, by (topic, partition)."""
 OffsetSpec = str | dict[TopicPartition, int]
 """``"earliest"``, ``"latest"``, or per-partition offsets where -2/-1 mean earliest/latest."""
 
@@ -146,6 +156,7 @@ class _Options:
     starting: OffsetSpec | None
     ending: OffsetSpec
     max_per_trigger: int | None
+    gate: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> _Options:
@@ -188,6 +199,7 @@ class _Options:
             starting=None if starting is None else _parse_spec("startingOffsets", starting),
             ending=_parse_spec("endingOffsets", lowered.get("endingoffsets", "latest")),
             max_per_trigger=_parse_max(lowered.get("maxoffsetspertrigger")),
+            gate=lowered.get("gate") or None,
         )
 
     def log(self) -> EmbeddedLog:
@@ -329,6 +341,8 @@ class _LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         if self._target is not None:
             target = self._target
             available = {tp: min(end, target[tp]) for tp, end in available.items() if tp in target}
+        if self._options.gate is not None:
+            available = _gated(available, begin, read_gate(self._options.gate))
         end = {tp: max(available.get(tp, 0), begin.get(tp, 0)) for tp in available.keys() | begin}
         end = {tp: o for tp, o in end.items() if o > 0 or tp in begin}
         if isinstance(limit, ReadMaxRows):
@@ -395,6 +409,13 @@ def _read(options: _Options, partition: _LogPartition) -> Iterator[pa.RecordBatc
     return options.log().read_batches(
         partition.topic, partition.partition, partition.start, partition.end
     )
+
+
+def _gated(available: Offsets, begin: Offsets, gate: Offsets | None) -> Offsets:
+    """End offsets no further than the gate (and never behind where a batch begins)."""
+    if gate is None:
+        return available
+    return {tp: max(min(end, gate.get(tp, 0)), begin.get(tp, 0)) for tp, end in available.items()}
 
 
 def _ranges(start: Offsets, end: Offsets) -> list[_LogPartition]:

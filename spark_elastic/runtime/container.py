@@ -18,6 +18,12 @@ environment variables (SAMZA-871 names the first):
 ``SPARK_ELASTIC_TOKEN``            bearer token, when the coordinator requires one
 ``SPARK_ELASTIC_FOLLOW_MS``        a stateful warm-up's shortest interval between
                                    snapshots of its old owners' state (10000)
+``SPARK_ELASTIC_WARMUP``           how a stateful warm-up follows its old owners:
+                                   ``replay`` (default, on the embedded log) or
+                                   ``snapshot``
+``SPARK_ELASTIC_ACCEPTABLE_LAG``   records a replaying warm-up may still have to
+                                   apply when it says it is ready (10000, KIP-441's
+                                   ``acceptable.recovery.lag``)
 =================================  ================================================
 
 Its life: register (which grants the first lease), fetch the job model, fork
@@ -38,15 +44,24 @@ the limit is cut short by ``os._exit(1)``, as Samza does.
 
 A container the job model lists as a *warm-up* (KIP-441) first starts its
 Spark application and Python workers; a stateful one then follows its old
-owners' committed state (:mod:`.follow`: a snapshot of its tasks' keys,
-renewed while it waits). It then registers (that says it is ready) and
-heartbeats until the coordinator hands it its tasks, after their old owners
-stopped; it takes their state over as above, from its snapshot when the old
-owners committed nothing since. Removed from the model meanwhile, it exits 0.
+owners' committed state (:mod:`.follow`). On the embedded log it *replays*:
+it takes a snapshot of its tasks' keys as its own checkpoint and starts
+its query there, reading up to where the old owners committed (the
+source's ``gate``) and applying those records to its state without output
+(the checkpoint's output fences); it registers (that says it is ready) once
+it has caught up, and keeps following. When the coordinator hands it its
+tasks (their old owners stopped), it takes their final offsets as its
+fences and lifts the gate: the query it has been running publishes from
+there. Otherwise (a Kafka input, or ``SPARK_ELASTIC_WARMUP=snapshot``) it
+renews a snapshot while it waits, registers after the first, and at the
+handover takes the snapshot as its checkpoint when the old owners committed
+nothing since (else rescales their checkpoints again) and starts its query.
+Removed from the model meanwhile, a warm-up exits 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -63,10 +78,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError, ProtocolError
-from spark_elastic.runtime.follow import drop_snapshot, follow, take_snapshot
+from spark_elastic.log.gate import read_gate, write_gate
+from spark_elastic.runtime.follow import (
+    adopt_snapshot,
+    drop_snapshot,
+    follow,
+    gate_for,
+    holder_checkpoints,
+    source_fences,
+    take_snapshot,
+)
 from spark_elastic.runtime.generations import fork_committed
 from spark_elastic.runtime.growth import grown_plan
-from spark_elastic.runtime.job import BatchContext, Job, load_job_and_module
+from spark_elastic.runtime.job import BatchContext, Job, LogInput, load_job_and_module
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -79,6 +103,13 @@ from spark_elastic.runtime.protocol import (
     Registration,
     TaskProgress,
     validate_container_id,
+)
+from spark_elastic.state.checkpoint_dir import (
+    Fence,
+    elastic_dir,
+    fences_path,
+    read_fences,
+    write_fences,
 )
 
 if TYPE_CHECKING:
@@ -134,6 +165,13 @@ class ContainerSettings:
     follow_s
         A stateful warm-up's shortest interval between two snapshots of its
         old owners' committed state.
+    warmup
+        How a stateful warm-up follows its old owners: ``"replay"`` (their
+        records, from a snapshot, where the input has a gate) or
+        ``"snapshot"`` (snapshots only).
+    acceptable_lag
+        Records a replaying warm-up may still have to apply when it registers
+        as ready.
     spark_conf
         Extra Spark settings for this container's session (over the job's).
     """
@@ -149,6 +187,8 @@ class ContainerSettings:
     write_budget_s: float = 3.0
     token: str | None = None
     follow_s: float = 10.0
+    warmup: str = "replay"
+    acceptable_lag: int = 10_000
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -196,6 +236,8 @@ class ContainerSettings:
             write_budget_s=_millis(env, "SPARK_ELASTIC_WRITE_BUDGET_MS", 3000) / 1000,
             token=env.get("SPARK_ELASTIC_TOKEN") or None,
             follow_s=_millis(env, "SPARK_ELASTIC_FOLLOW_MS", 10_000) / 1000,
+            warmup=_choice(env, "SPARK_ELASTIC_WARMUP", ("replay", "snapshot")),
+            acceptable_lag=int(_millis(env, "SPARK_ELASTIC_ACCEPTABLE_LAG", 10_000)),
             spark_conf=_conf(env.get("SPARK_ELASTIC_CONF") or "{}"),
         )
 
@@ -212,6 +254,13 @@ def _conf(text: str) -> dict[str, str]:
             "SPARK_ELASTIC_CONF", 'a JSON object of strings, e.g. {"spark.cores.max": "1"}', text
         )
     return conf
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    text = env.get(name) or choices[0]
+    if text not in choices:
+        raise ArgumentError.invalid(name, f"one of {', '.join(choices)}", text)
+    return text
 
 
 def _timeout(env: Mapping[str, str]) -> float | None:
@@ -444,6 +493,7 @@ def _output(
     plan: JobPlan,
     mine: ContainerModel,
     starts: Mapping[str, Mapping[str, int]] | None = None,
+    gate: str | None = None,
 ) -> DataFrame:
     """The container's streaming output over its tasks (driver, once per query)."""
     from pyspark.sql import functions as F
@@ -452,6 +502,8 @@ def _output(
     reader = job.input.stream_reader(spark, needed_partitions(plan, mine.tasks))
     if starts is not None:  # a fresh checkpoint: where the predecessors stopped
         reader = reader.option("startingOffsets", json.dumps(starts))
+    if gate is not None:  # a replaying warm-up: no further than the old owners committed
+        reader = reader.option("gate", gate)
     records = reader.load().observe(READ_METRIC, F.count(F.lit(1)).alias("read"))
     # Spark pins the state partition count in the checkpoint at the first start; one per task.
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.task_count))
@@ -490,9 +542,16 @@ def _start_query(
     lease: ContainerLease,
     settings: ContainerSettings,
     starts: Mapping[str, Mapping[str, int]] | None = None,
+    gate: str | None = None,
+    live: threading.Event | None = None,
 ) -> StreamingQuery:
-    """Build and start the container's query. Runs on the driver, once per container."""
-    output = _output(spark, job, plan, mine, starts)
+    """Build and start the container's query. Runs on the driver, once per container.
+
+    A replaying warm-up passes its ``gate`` file and a ``live`` event that
+    is set once it owns its tasks: until then every batch is computed (its
+    state must advance) into Spark's no-op sink, not the job's.
+    """
+    output = _output(spark, job, plan, mine, starts, gate)
     sink, container_id, generation = job.sink, mine.container_id, mine.generation
     wait_s = settings.shutdown_s
 
@@ -500,6 +559,11 @@ def _start_query(
         # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
         # commits it: a refused write fails the batch, so it never commits.
         # A lapsed lease (coordinator unreachable) pauses the write until it is renewed.
+        if live is not None and not live.is_set():
+            # A warm-up's batch: every record is below its fence, so there is no output
+            # to publish, and nothing is published (no lease needed).
+            batch.write.format("noop").mode("append").save()
+            return
         what = f"batch {batch_id}"
         lease.await_write(what, wait_s)
 
@@ -642,6 +706,12 @@ def _prepare_checkpoint(
         )
     else:
         _take_over(mine, plan, spark)
+    # A source that replayed an earlier owner and had not passed its fences yet: what is
+    # below them was published by that owner, so it stays quiet here too (a fork copies
+    # the file; a rescale does not).
+    carried = sorted({f for source in mine.sources for f in read_fences(fences_path(source))})
+    if carried:
+        write_fences(target, carried)
     return _rescaled_starts(target, plan, mine)
 
 
@@ -773,13 +843,161 @@ class _Follower:
             )
 
 
+class _Replayer:
+    """A replaying warm-up: its query on a snapshot, following its old owners' commits.
+
+    Runs on the warm-up's driver (see :mod:`.follow`). The gate and the
+    fences are the same offsets, the old owners' last commits: fences are
+    written first, so the query never reads a record above its key's fence
+    before it owns its tasks, and every record it applies meanwhile is one
+    the old owners published already.
+    """
+
+    GATE_FILE = "gate.json"
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        job: Job,
+        settings: ContainerSettings,
+        lease: ContainerLease,
+        warm: ContainerModel,
+        model: JobModel,
+    ) -> None:
+        self.spark, self.job, self.settings, self.lease, self.warm = (
+            spark,
+            job,
+            settings,
+            lease,
+            warm,
+        )
+        self.plan = grown_plan(job.grouper, _factor_of(warm, job), model.planned, model.partitions)
+        self.gate = str(elastic_dir(warm.checkpoint) / self.GATE_FILE)
+        self.live = threading.Event()
+        self.fences: list[Fence] = []
+        self.query: StreamingQuery | None = None
+
+    def _plan_at(self, model: JobModel) -> Any:
+        return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
+
+    def start(self, model: JobModel) -> bool:
+        """Take a snapshot as the checkpoint and start the query on it (once).
+
+        Returns False while the old owners have committed nothing to copy.
+        """
+        snapshot = follow(self.spark, model, self.warm, self.plan.elasticity_factor)
+        if snapshot is None or adopt_snapshot(self.warm.checkpoint) is None:
+            return False
+        self.follow(model)
+        starts = _rescaled_starts(Path(self.warm.checkpoint), self.plan, self.warm)
+        self.query = _start_query(
+            self.spark,
+            self.job,
+            self.plan,
+            self.warm,
+            self.lease,
+            self.settings,
+            starts,
+            gate=self.gate,
+            live=self.live,
+        )
+        _log(
+            f"replaying: {snapshot.keys} keys as of batches {sorted(snapshot.sources.values())} "
+            f"({snapshot.seconds:.1f} s), query started on them"
+        )
+        return True
+
+    def follow(self, model: JobModel) -> None:
+        """Raise fences and gate to the current holders' last commits."""
+        sources = holder_checkpoints(model, self.warm.tasks)
+        self._raise(source_fences(sources, self._plan_at(model)))
+
+    def _raise(self, fences: list[Fence]) -> None:
+        # Fences only rise: the old ones were published too, so keep them beside the new.
+        merged = sorted(set(self.fences) | set(fences))
+        if merged == self.fences:
+            return
+        write_fences(self.warm.checkpoint, merged)
+        write_gate(self.gate, gate_for(merged, self.plan, self.warm.tasks))
+        self.fences = merged
+
+    def __call__(self, model: JobModel, container_id: str) -> None:
+        """Follow, as :func:`_await_tasks` calls it while the warm-up waits."""
+        if model.warmup(container_id) is not None:
+            self.follow(model)
+
+    def failed(self) -> bool:
+        """Whether the query ended (it should run until the container stops)."""
+        return self.query is not None and not self.query.isActive
+
+    def lag(self) -> int | None:
+        """Records up to the gate the query has yet to commit; None before its first batch."""
+        if self.query is None:
+            return None
+        progress = _progress_json(self.query.lastProgress)
+        if not progress:
+            return None
+        committed = _offsets_of(progress)
+        gate = read_gate(self.gate) or {}
+        return sum(
+            max(offset - committed.get(topic, {}).get(partition, 0), 0)
+            for (topic, partition), offset in gate.items()
+        )
+
+    def take_over(self, mine: ContainerModel, model: JobModel) -> StreamingQuery:
+        """Own the tasks: the old owners' final offsets become the fences, the gate lifts."""
+        assert self.query is not None  # noqa: S101 - a replaying warm-up registers after start
+        self._raise(source_fences(mine.sources, self._plan_at(model)))
+        self.live.set()
+        write_gate(self.gate, None)
+        _log(f"took over {len(mine.tasks)} tasks in the query that replayed them")
+        return self.query
+
+    def discard(self) -> None:
+        """The move was called off: stop the query, remove the checkpoint no one will read."""
+        if self.query is not None:
+            _stop_within(self.query, self.settings.shutdown_s)
+        shutil.rmtree(self.warm.checkpoint, ignore_errors=True)
+        drop_snapshot(self.warm.checkpoint)
+
+
+def _catch_up(
+    client: CoordinatorClient, replayer: _Replayer, container_id: str, acceptable_lag: int
+) -> bool:
+    """Start the replaying query and follow until it is within ``acceptable_lag``.
+
+    Runs before the warm-up registers; it heartbeats meanwhile, which keeps
+    the coordinator's start-up timer from running out. Returns False if the
+    warm-up was removed from the model or its query ended.
+    """
+    while True:
+        model = client.job_model()
+        if model.warmup(container_id) is None:
+            _log(f"job model {model.version} no longer has warm-up {container_id!r}")
+            return False
+        if replayer.query is None:
+            replayer.start(model)
+        else:
+            replayer.follow(model)
+            lag = replayer.lag()
+            if lag is not None and lag <= acceptable_lag:
+                _log(f"caught up with the old owners' commits (lag {lag} records)")
+                return True
+        if replayer.failed():
+            _log(f"the replaying query ended: {replayer.query.exception()}")  # type: ignore[union-attr]
+            return False
+        with contextlib.suppress(OSError, ValueError, ProtocolError):
+            client.heartbeat(container_id)
+        time.sleep(0.5)
+
+
 def _await_tasks(
     client: CoordinatorClient,
     container_id: str,
     every_s: float,
     stop: threading.Event,
     dead: threading.Event,
-    follower: _Follower | None = None,
+    follower: _Follower | _Replayer | None = None,
 ) -> JobModel | None:
     """Wait, heartbeating, until the job model hands this warm-up its tasks.
 
@@ -800,6 +1018,9 @@ def _await_tasks(
                 return None
             if follower is not None:
                 follower(model, container_id)
+            if isinstance(follower, _Replayer) and follower.failed():
+                _log(f"the replaying query ended: {follower.query.exception()}")  # type: ignore[union-attr]
+                dead.set()
         stop.wait(every_s)
     return None
 
@@ -835,18 +1056,27 @@ def run_container(settings: ContainerSettings) -> int:
     spark: SparkSession | None = None
     follower: _Follower | None = None
     first = client.job_model()
-    if first.warmup(settings.container_id) is not None:
+    replayer: _Replayer | None = None
+    warm_first = first.warmup(settings.container_id)
+    if warm_first is not None:
         # KIP-441: a new owner gets going while the old one still runs its tasks; it
         # registers (holds a lease) only once it is ready, and writes nothing before.
         spark = _job_session(job, module, settings)
         _warm_up(spark)
-        if job.processor is not None:
+        if job.processor is not None and _replays(job, settings):
+            replayer = _Replayer(spark, job, settings, lease, warm_first, first)
+            if not _catch_up(client, replayer, settings.container_id, settings.acceptable_lag):
+                replayer.discard()
+                return EXIT_OK if not replayer.failed() else EXIT_FENCED
+        elif job.processor is not None:
             follower = _Follower(spark, job, settings.follow_s)
             follower(first, settings.container_id)
     sent = time.monotonic()
     reply = client.register(Registration(settings.container_id, os.getpid()))
     if not reply.alive:
         _log(f"the coordinator did not issue container id {settings.container_id!r}")
+        if replayer is not None:
+            replayer.discard()
         return EXIT_FENCED
     lease.renew(sent, reply.lease_ms)
 
@@ -861,10 +1091,14 @@ def run_container(settings: ContainerSettings) -> int:
     warm = model.warmup(settings.container_id)
     if warm is not None:
         _log(f"warm: waiting for tasks {', '.join(warm.tasks)}")
+        # A replaying warm-up looks more often: its stall ends when it sees the handover.
+        every_s = settings.heartbeat_s if replayer is None else min(settings.heartbeat_s, 0.2)
         awaited = _await_tasks(
-            client, settings.container_id, settings.heartbeat_s, stop, dead, follower
+            client, settings.container_id, every_s, stop, dead, replayer or follower
         )
         if awaited is None:
+            if replayer is not None:
+                replayer.discard()
             drop_snapshot(warm.checkpoint)
             beats.stopping.set()
             return EXIT_FENCED if dead.is_set() else EXIT_OK
@@ -880,18 +1114,31 @@ def run_container(settings: ContainerSettings) -> int:
     plan = grown_plan(job.grouper, _factor_of(mine, job), model.planned, model.partitions)
     # From here to the first commit is this container's share of a moved task's stall.
     given = time.monotonic()
-    if spark is None:
-        spark = _job_session(job, module, settings)
-    starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
-    query = _start_query(spark, job, plan, mine, lease, settings, starts)
+    since = ""
+    if replayer is not None:
+        query = replayer.take_over(mine, model)
+        # Its batches so far were the warm-up's (no output): not reported as the owner's.
+        since = max(
+            (p.get("timestamp", "") for p in map(_progress_json, query.recentProgress)), default=""
+        )
+    else:
+        if spark is None:
+            spark = _job_session(job, module, settings)
+        starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
+        query = _start_query(spark, job, plan, mine, lease, settings, starts)
     _log(
         f"running tasks {', '.join(mine.tasks)} in generation {mine.generation} "
         f"({time.monotonic() - given:.1f} s after they were given)"
     )
-    code = _supervise(query, job, plan, mine, client, stop, dead, given)
+    code = _supervise(query, job, plan, mine, client, stop, dead, given, since)
     beats.stopping.set()
     _stop_within(query, settings.shutdown_s)
     return code
+
+
+def _replays(job: Job, settings: ContainerSettings) -> bool:
+    """Whether a stateful warm-up replays its old owners' records (their input has a gate)."""
+    return settings.warmup == "replay" and isinstance(job.input, LogInput)
 
 
 def _supervise(
@@ -903,13 +1150,18 @@ def _supervise(
     stop: threading.Event,
     dead: threading.Event,
     given: float,
+    since: str = "",
 ) -> int:
-    """Report committed batches until asked to stop, fenced, or the query ends."""
+    """Report committed batches until asked to stop, fenced, or the query ends.
+
+    Progress from before ``since`` (a trigger timestamp) is not reported.
+    """
     # Spark also reports idle triggers, under the id of the batch that has not run yet; the
     # batch itself reports again under that id when it runs. Progress events are therefore
     # told apart by their trigger timestamp (ISO 8601, so they order as strings), and each
     # is reported once: the coordinator adds the counts up.
-    reported = ""
+    reported = since
+    first = True
     while True:
         if stop.is_set():
             return EXIT_OK
@@ -924,7 +1176,8 @@ def _supervise(
             batch, at = progress.get("batchId"), progress.get("timestamp")
             if not isinstance(batch, int) or not isinstance(at, str) or at <= reported:
                 continue
-            if not reported:
+            if first:
+                first = False
                 _log(
                     f"first batch {batch} done {time.monotonic() - given:.1f} s after the tasks "
                     "were given"

@@ -19,6 +19,15 @@ Python workers that the snapshots have warmed (every code path of a rescale
 has run at least once), so the stall pays no cold start. Following is
 what makes a warm-up ready: it registers after its first snapshot.
 
+A warm-up on the embedded log does more (a *hot* warm-up): it takes its
+first snapshot as its own checkpoint (:func:`adopt_snapshot`) and runs the
+job's query on it at once, reading the old owners' records up to where
+they committed (:func:`gate_for`, through the source's ``gate``) and
+applying them to its state without output (:func:`source_fences`, the
+processor's output fences). At the handover it takes the old owners' final
+offsets as its fences, lifts the gate, and its running query publishes
+from there: no fork, no rescale and no first micro-batch at the move.
+
 May import :mod:`spark_elastic.state` and the runtime's pure modules.
 """
 
@@ -30,19 +39,37 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_elastic.runtime.generations import fork_committed, last_committed_batch
-from spark_elastic.runtime.keys import Holders
+from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
+from spark_elastic.state.checkpoint_dir import (
+    Fence,
+    fences_path,
+    last_batch,
+    read_fences,
+    read_job,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Snapshot", "follow", "snapshot_dir", "take_snapshot"]
+    from spark_elastic.model.plan import JobPlan
+
+__all__ = [
+    "Snapshot",
+    "adopt_snapshot",
+    "follow",
+    "gate_for",
+    "holder_checkpoints",
+    "snapshot_dir",
+    "source_fences",
+    "take_snapshot",
+]
 
 _SOURCES_FILE = "sources.json"
 _CHECKPOINT = "checkpoint"
@@ -74,6 +101,90 @@ def snapshot_dir(target: str | os.PathLike[str]) -> Path:
     """Where a warm-up whose generation will be ``target`` keeps its snapshot."""
     target = Path(target)
     return target.with_name(f".{target.name}.following")
+
+
+def holder_checkpoints(model: JobModel, tasks: Sequence[str]) -> list[str]:
+    """The checkpoints of the model's containers that hold keys of ``tasks``, sorted."""
+    holders = Holders(model.containers).of(tasks)
+    return sorted(c.checkpoint for c in model.containers if c.container_id in holders)
+
+
+def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> list[Fence]:
+    """Where each source checkpoint's owner published its output up to, per key bucket.
+
+    Runs on a warm-up's driver, each time it follows and once at the
+    handover. For every task a source ran, and every partition the task
+    reads, the offset the source last committed there (its owner published
+    everything below it before the commit); a source's own fences (it was
+    a hot warm-up once and has not passed them yet) come along. A source
+    that never committed a batch adds only its own fences.
+
+    Parameters
+    ----------
+    sources
+        Checkpoints of the owners (current holders, or a handover's sources).
+    plan_at
+        The job's plan at an elasticity factor (each source's own factor).
+
+    Returns
+    -------
+    list
+        ``((stream, partition, key_bucket, factor), next_offset)`` entries.
+    """
+    fences: list[Fence] = []
+    for source in sources:
+        fences.extend(read_fences(fences_path(source)))
+        spec, batch = read_job(source), last_batch(source)
+        if spec is None or batch is None or (not batch.committed and batch.batch_id == 0):
+            continue
+        plan = plan_at(spec.elasticity_factor)
+        ids = {name: i for i, name in enumerate(plan.task_names())}
+        for name in plan.task_names() if spec.tasks is None else spec.tasks:
+            bucket = parsed(name).key_bucket
+            for ssp in plan.task(ids[name]).partitions:
+                offset = batch.committed_offset(ssp.stream, ssp.partition)
+                fences.append(((ssp.stream, ssp.partition, bucket, plan.elasticity_factor), offset))
+    return fences
+
+
+def gate_for(
+    fences: Sequence[Fence], plan: JobPlan, tasks: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """How far a hot warm-up may read: per partition of its tasks, the lowest fence of
+    a key bucket sharing keys with them there (every record it reads is then below its
+    key's fence: applied without output). A partition without a fence is not read."""
+    gate: dict[str, dict[str, int]] = {}
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    for name in tasks:
+        mine = parsed(name)
+        for ssp in plan.task(ids[name]).partitions:
+            below = [
+                offset
+                for (stream, partition, bucket, factor), offset in fences
+                if stream == ssp.stream
+                and partition == ssp.partition
+                and bucket % min(factor, mine.elasticity_factor)
+                == mine.key_bucket % min(factor, mine.elasticity_factor)
+            ]
+            if below:
+                current = gate.setdefault(ssp.stream, {}).get(str(ssp.partition), min(below))
+                gate[ssp.stream][str(ssp.partition)] = min(current, *below)
+    return gate
+
+
+def adopt_snapshot(target: str | os.PathLike[str]) -> Snapshot | None:
+    """Make the snapshot kept for ``target`` its checkpoint, whatever its sources did since.
+
+    A hot warm-up does this once, before its query starts: it replays what
+    the sources committed after the snapshot. Returns the snapshot, or
+    ``None`` if there is none.
+    """
+    snapshot = read_snapshot(target)
+    if snapshot is None:
+        return None
+    os.replace(snapshot.path, target)
+    shutil.rmtree(snapshot_dir(target), ignore_errors=True)
+    return snapshot
 
 
 def holder_batches(model: JobModel, tasks: Sequence[str]) -> dict[str, int] | None:

@@ -17,7 +17,8 @@ What is copied, for last committed batch ``N``:
 - ``state/``: per state partition, versions ``<= N + 1`` (state version
   ``v`` is the state after batch ``v - 1``), every SST file, and the
   operator metadata and state schemas of batches ``<= N``;
-- ``_spark_elastic/job.json`` and a rescale ``seed/``; never the owner lock.
+- ``_spark_elastic/job.json``, a rescale ``seed/`` and the output fences of a
+  warm-up that replayed its old owners' records; never the owner lock.
 
 Files are hard-linked when the file system allows it (Spark and RocksDB
 never modify a checkpoint file in place: they write a temporary file and
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spark_elastic.errors import CheckpointError
-from spark_elastic.state.checkpoint_dir import ELASTIC_DIR, JOB_FILE, SEED_DIR
+from spark_elastic.state.checkpoint_dir import ELASTIC_DIR, FENCES_FILE, JOB_FILE, SEED_DIR
 
 __all__ = ["ForkResult", "fork_committed"]
 
@@ -112,7 +113,9 @@ def _keep(relative: Path, last: int) -> bool:
         number = _number(name)
         return number is not None and number <= last
     if top == ELASTIC_DIR:
-        return parts[1:] == (JOB_FILE,) or (len(parts) > 2 and parts[1] == SEED_DIR)
+        return parts[1:] in ((JOB_FILE,), (FENCES_FILE,)) or (
+            len(parts) > 2 and parts[1] == SEED_DIR
+        )
     if top == "state":
         if "SSTs" in parts:
             return True

@@ -15,6 +15,12 @@ Runs on the driver. Beside Spark's own ``offsets/``, ``commits/`` and
 ``seed/``
     Made by ``rescale``: the keyed state and bucket checkpoints the new
     query loads in its first micro-batch.
+``fences.json``
+    Written by a warm-up that replays its old owners' records (the
+    runtime's hot warm-ups): per (stream, partition, key bucket, factor)
+    the offset below which the old owners published the output already.
+    Records below their key's fence are applied to state but emit nothing
+    (:func:`write_fences`; the processor reads it on the executors).
 
 Spark's directory is read, never written: the last batch id, whether it
 committed, and its source offsets (``offsets/N`` lines 3+, one per source).
@@ -54,15 +60,18 @@ __all__ = [
     "is_fresh",
     "last_batch",
     "never_committed",
+    "read_fences",
     "read_job",
     "read_state",
     "require_job",
+    "write_fences",
     "write_job",
 ]
 
 ELASTIC_DIR = "_spark_elastic"
 JOB_FILE = "job.json"
 SEED_DIR = "seed"
+FENCES_FILE = "fences.json"
 _LOCK_FILE = "owner.lock"
 _FORMAT_VERSION = 1
 
@@ -291,6 +300,48 @@ def seed_dir(checkpoint: str | os.PathLike[str]) -> Path:
     return elastic_dir(checkpoint) / SEED_DIR
 
 
+Fence = tuple[tuple[str, int, int, int], int]
+"""``((stream, partition, key_bucket, factor), next_offset)``, as a bucket checkpoint."""
+
+
+def fences_path(checkpoint: str | os.PathLike[str]) -> Path:
+    """``<checkpoint>/_spark_elastic/fences.json``."""
+    return elastic_dir(checkpoint) / FENCES_FILE
+
+
+def write_fences(checkpoint: str | os.PathLike[str], fences: list[Fence]) -> None:
+    """Replace the checkpoint's output fences atomically (driver).
+
+    A record whose key bucket's fence is above its offset was published by
+    an earlier owner: the processor applies it to state and emits nothing.
+    Fences may only rise while a query runs on the checkpoint.
+
+    Parameters
+    ----------
+    checkpoint
+        The checkpoint.
+    fences
+        ``((stream, partition, key_bucket, factor), next_offset)`` entries.
+    """
+    entries = sorted([[*key, int(offset)] for key, offset in fences])
+    _write_json(elastic_dir(checkpoint), FENCES_FILE, {"fences": entries})
+
+
+def read_fences(path: str | os.PathLike[str]) -> list[Fence]:
+    """The fences in a ``fences.json`` (empty when there is none).
+
+    Runs on executors, in the processor, once per task per micro-batch of a
+    checkpoint that has the file (the caller caches it by modification time).
+    """
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot read the output fences ({exc})") from None
+    return [((str(s), int(p), int(b), int(f)), int(o)) for s, p, b, f, o in document["fences"]]
+
+
 def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
     """The checkpoint's job, or ``None`` if spark-elastic never ran a query on it."""
     path = elastic_dir(checkpoint) / JOB_FILE
@@ -339,15 +390,19 @@ def read_state(
 
 def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:
     """Write ``job.json`` atomically (temporary file, fsync, rename)."""
-    directory = elastic_dir(checkpoint)
+    _write_json(elastic_dir(checkpoint), JOB_FILE, job.to_json(), indent=2)
+
+
+def _write_json(directory: Path, name: str, document: Any, indent: int | None = None) -> None:
+    """Replace ``directory/name`` with ``document`` atomically (temporary file, fsync, rename)."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".job.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(job.to_json(), out, indent=2)
+            json.dump(document, out, indent=indent)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, directory / JOB_FILE)
+        os.replace(tmp, directory / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -12,6 +12,14 @@ factor) the next offset to apply. A record below a checkpoint of its key is
 skipped and counted, never handed to the user, so a replay, or a start below
 what a bucket needs (after a rescale), changes no state and emits nothing
 twice.
+
+A checkpoint may also hold *output fences* of the same shape
+(``_spark_elastic/fences.json``, written by a warm-up that replays its old
+owners' records): a record not applied yet but below its key's fence was
+published by an earlier owner, so it is applied to state with the output of
+that call dropped. This relies on what replays after a rescale rely on
+already: ``process`` gives the same state for a key's records in the same
+order, however they are split into micro-batches.
 """
 
 from __future__ import annotations
@@ -44,12 +52,15 @@ from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointErr
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.state.checkpoint_dir import (
+    Fence,
     JobSpec,
     OwnerLock,
     checkpoint_path,
+    fences_path,
     is_fresh,
     last_batch,
     never_committed,
+    read_fences,
     read_job,
     seed_dir,
     write_job,
@@ -489,8 +500,10 @@ class _ElasticProcessor:
         bucket_checkpoints: bool = True,
         hash: HashMode = "spark",
         key_column: str = "key",
+        fences: str | None = None,
     ) -> None:
         self.user = user
+        self.fences = fences
         self.routes = dict(routes)
         self.factor = elasticity_factor
         self.state_schema = state_schema
@@ -548,6 +561,8 @@ class _ElasticProcessor:
         fresh = batch[~skip]
         if self.bucket_checkpoints:
             self._advance(fresh, entries, route.key_bucket)
+        fences = _fences(self.fences)
+        quiet = _covered(fresh, fences) if fences else np.zeros(len(fresh), dtype=bool)
         resolve_ns = time.perf_counter_ns() - started - bucket_ns
 
         if len(fresh):
@@ -570,8 +585,16 @@ class _ElasticProcessor:
             )
             state._prefetch(fresh[BUCKET_HASH].to_numpy())
             user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
-            for out in frames_of(self.user.process(state, user_rows)):
-                yield self._rows(out)
+            if quiet.any():
+                # Published by an earlier owner: into the state, not the output. A key's
+                # quiet records all come before its others, so its order holds.
+                replayed = user_rows[quiet].reset_index(drop=True)
+                for out in frames_of(self.user.process(state, replayed)):
+                    self._rows(out)  # still checked, as every output is
+                user_rows = user_rows[~quiet].reset_index(drop=True)
+            if len(user_rows):
+                for out in frames_of(self.user.process(state, user_rows)):
+                    yield self._rows(out)
             written = state.flush()
             if written != layout:
                 self.layout.update((written.depth, written.keys))
@@ -647,7 +670,28 @@ def _check_state_partition(route: _TaskRoute, task_count: int) -> None:
     )
 
 
-def _covered(batch: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]]) -> Any:
+_FENCES_SEEN: dict[str, tuple[tuple[int, int], list[Fence]]] = {}
+"""Per Python worker: each fences file's identity and entries, read once per change."""
+
+
+def _fences(path: str | None) -> list[Fence]:
+    """The output fences of the query's checkpoint (executor, once per task per batch)."""
+    if path is None:
+        return []
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return []
+    # The file is only ever replaced (a new inode), never written in place.
+    changed = (stat.st_ino, stat.st_mtime_ns)
+    seen = _FENCES_SEEN.get(path)
+    if seen is None or seen[0] != changed:
+        seen = (changed, read_fences(path))
+        _FENCES_SEEN[path] = seen
+    return seen[1]
+
+
+def _covered(batch: pd.DataFrame, entries: Iterable[tuple[tuple[Any, ...], int]]) -> Any:
     """Per row: is it below a checkpoint of its key (applied already)?"""
     skip = np.zeros(len(batch), dtype=bool)
     if not entries:
@@ -1000,6 +1044,7 @@ def _run(
         bucket_checkpoints,
         spec.hash,  # type: ignore[arg-type]
         key_column,
+        str(fences_path(checkpoint)),
     )
     initial = None
     seed = seed_dir(checkpoint)

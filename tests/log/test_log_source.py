@@ -13,6 +13,7 @@ import pytest
 from chispa import assert_df_equality
 
 from spark_elastic.log.embedded import EmbeddedLog
+from spark_elastic.log.gate import read_gate, write_gate
 from spark_elastic.log.source import KAFKA_SCHEMA, _admit, register_log_source
 
 # Slow (left out by `pytest -m "not slow"`): streaming queries on the embedded log.
@@ -183,6 +184,50 @@ def test_a_running_query_picks_up_partitions_added_by_grow(
         "2",
         "3",
     ]
+
+
+def test_a_gate_file_holds_a_running_query_at_its_offsets_until_it_is_lifted(
+    session: SparkSession, log: EmbeddedLog, tmp_path: Path, running: list[StreamingQuery]
+) -> None:
+    log.create_topic("t", 2)
+    rows = produce(log, "t", ["a1", "b1", "a2", "b2", "a3", "b3"])
+    ends = log.end_offsets("t")
+    gate = tmp_path / "gate.json"
+    query, name = to_memory(
+        stream(session, log, subscribe="t", startingOffsets="earliest", gate=str(gate)),
+        tmp_path / "ck",
+        available_now=False,
+    )
+    running.append(query)
+
+    # No gate file yet: nothing is read.
+    query.processAllAvailable()
+    assert table(session, name).count() == 0
+
+    # Partition 0 up to one record before its end; partition 1 not named: nothing of it.
+    write_gate(str(gate), {"t": {"0": ends[0] - 1}})
+    query.processAllAvailable()
+    held = [r for r in rows if r[3] == 0 and r[4] < ends[0] - 1]
+    assert_df_equality(table(session, name), expected(session, held))
+
+    # A gate never moves a query back: lowering it reads nothing more.
+    write_gate(str(gate), {"t": {"0": 0, "1": 0}})
+    query.processAllAvailable()
+    assert table(session, name).count() == len(held)
+
+    write_gate(str(gate), None)  # lifted
+    query.processAllAvailable()
+    assert_df_equality(table(session, name), expected(session, rows))
+
+
+def test_gate_files_read_back_and_a_missing_one_admits_nothing(tmp_path: Path) -> None:
+    gate = tmp_path / "nested" / "gate.json"
+    assert read_gate(str(gate)) == {}
+    write_gate(str(gate), {"t": {"1": 5, "0": 7}})
+    assert read_gate(str(gate)) == {("t", 0): 7, ("t", 1): 5}
+    write_gate(str(gate), None)
+    assert read_gate(str(gate)) is None
+    assert [p.name for p in gate.parent.iterdir()] == ["gate.json"]  # nothing half-written
 
 
 def test_a_restarted_query_continues_from_its_checkpoint_without_duplicates(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,10 +14,12 @@ from pyspark.sql.streaming import StreamingQuery
 from test_generations import Count, counts, produce
 
 from spark_elastic import EmbeddedLog, Job, LogInput, ParquetSink, rescale
-from spark_elastic.runtime.container import _rehearse
+from spark_elastic.dataplane.buckets import bucket_of_key
+from spark_elastic.runtime.container import ContainerSettings, _rehearse, _Replayer
 from spark_elastic.runtime.follow import follow, holder_batches, snapshot_dir, take_snapshot
 from spark_elastic.runtime.generations import last_committed_batch
 from spark_elastic.runtime.growth import grown_plan
+from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import seed_dir
 
@@ -150,3 +154,87 @@ def test_a_warm_up_has_nothing_to_follow_before_its_owners_first_commit(
     assert holder_batches(model, WANTED) is None
     assert follow(spark, model, model.warmups[0], 4) is None
     assert not snapshot_dir(tmp_path / "gen-2").exists()
+
+
+def owner_to_parquet(
+    spark: SparkSession, log: EmbeddedLog, checkpoint: Path, out: Path
+) -> StreamingQuery:
+    """The old owner, publishing exactly once per committed batch (Spark's file sink)."""
+    return (
+        counts(spark, log, checkpoint)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+
+
+def wanted_keys(spark: SparkSession, log: EmbeddedLog) -> dict[str, int]:
+    """Each key of WANTED's tasks, with how many records it has in the log."""
+    taken = {(int(t.split()[1].split("_")[0]), int(t.split("_")[1])) for t in WANTED}
+    rows = (
+        spark.read.format("elastic-log")
+        .option("path", str(log.path))
+        .option("subscribe", "clicks")
+        .load()
+        .groupBy("key", "partition")
+        .count()
+        .collect()
+    )
+    return {
+        bytes(r["key"]).decode(): int(r["count"])
+        for r in rows
+        if (int(r["partition"]), bucket_of_key(bytes(r["key"]), 4)) in taken
+    }
+
+
+def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publishes_the_rest(
+    spark: SparkSession, log: EmbeddedLog, tmp_path: Path
+) -> None:
+    old, new = tmp_path / "gen-1", tmp_path / "gen-2"
+    produce(log, 0, 100)
+    owner = owner_to_parquet(spark, log, old, tmp_path / "owner-out")
+    replayer: _Replayer | None = None
+    try:
+        owner.processAllAvailable()
+        model = model_with_warmup(old, new)
+        lease = ContainerLease(LeaseTerms(lease_s=60.0, margin_s=1.0, write_budget_s=1.0))
+        lease.renew(time.monotonic(), 60_000)
+        settings = ContainerSettings("w2", "http://127.0.0.1:1", "unused")
+        replayer = _Replayer(
+            spark, click_job(log, tmp_path), settings, lease, model.warmups[0], model
+        )
+        assert replayer.start(model)
+        assert replayer.query is not None
+
+        # While the owner runs: the warm-up reads no further than the owner committed,
+        # and everything it applies is quiet.
+        produce(log, 100, 60)
+        owner.processAllAvailable()
+        replayer.follow(model)
+        replayer.query.processAllAvailable()
+        assert replayer.lag() == 0
+        assert not (tmp_path / "out").exists()  # the job's sink got nothing
+
+        # The handover: more records than the owner may have got to before it stopped.
+        produce(log, 160, 30)
+        owner.stop()
+        mine = replace(model.warmups[0], sources=(str(old),))
+        replayer.take_over(mine, model)
+        produce(log, 190, 50)
+        replayer.query.processAllAvailable()
+    finally:
+        owner.stop()
+        if replayer is not None and replayer.query is not None:
+            replayer.query.stop()
+
+    published = [
+        (r["key"], r["n"]) for r in spark.read.parquet(str(tmp_path / "owner-out")).collect()
+    ] + [(r["key"], r["n"]) for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    wanted = wanted_keys(spark, log)
+    assert wanted
+    # Each of the warm-up's keys: every running count exactly once, old owner then new.
+    for key, records in wanted.items():
+        assert sorted(n for k, n in published if k == key) == list(range(1, records + 1)), key
+    assert {r["key"] for r in spark.read.parquet(str(tmp_path / "out")).collect()} <= set(wanted)
