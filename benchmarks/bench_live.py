@@ -223,8 +223,23 @@ def change(job: RunningJob, *option: str) -> tuple[list[dict[str, Any]], float, 
     return result, done - asked, job_gap(job, asked, done)
 
 
+KEEP: Path | None = None
+"""``--keep DIR``: each case's files (logs, checkpoints, the coordinator's store) stay there."""
+
+
+@contextlib.contextmanager
+def case_dir(name: str) -> Any:
+    if KEEP is None:
+        with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+            yield tmp
+        return
+    folder = KEEP / name
+    folder.mkdir(parents=True, exist_ok=False)
+    yield str(folder)
+
+
 def stall_case(keys: int, mode: str) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+    with case_dir(f"stall-{keys}-{mode}") as tmp:
         job, log = build_state(Path(tmp), keys, mode)
         trickle = Trickle(log, keys)
         trickle.start()
@@ -240,7 +255,7 @@ def stall_case(keys: int, mode: str) -> dict[str, Any]:
 
 def factor_case(keys: int, mode: str) -> list[dict[str, Any]]:
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
+    with case_dir(f"factor-{keys}-{mode}") as tmp:
         job, log = build_state(Path(tmp), keys, mode)
         trickle = Trickle(log, keys)
         trickle.start()
@@ -269,7 +284,10 @@ def main() -> None:
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
     )
+    parser.add_argument("--keep", type=Path, help="keep each case's files under this directory")
     args = parser.parse_args()
+    global KEEP
+    KEEP = args.keep
     keys = [int(k) for k in args.keys.split(",")]
     sections = set(args.sections.split(","))
     modes = [m for m in args.modes.split(",") if m]

@@ -84,6 +84,7 @@ from spark_elastic.runtime.follow import (
     drop_snapshot,
     follow,
     gate_for,
+    highest,
     holder_checkpoints,
     source_fences,
     take_snapshot,
@@ -130,7 +131,10 @@ OWN_METRIC = "spark_elastic_own"
 
 
 def _log(message: str) -> None:
-    print(f"spark-elastic container: {message}", file=sys.stderr, flush=True)
+    # Wall-clock times to the millisecond: a move's timeline reads across several logs.
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    print(f"spark-elastic container {stamp}: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -913,8 +917,8 @@ class _Replayer:
         self._raise(source_fences(sources, self._plan_at(model)))
 
     def _raise(self, fences: list[Fence]) -> None:
-        # Fences only rise: the old ones were published too, so keep them beside the new.
-        merged = sorted(set(self.fences) | set(fences))
+        # Fences only rise: a source's earlier figure was published too.
+        merged = highest([*self.fences, *fences])
         if merged == self.fences:
             return
         write_fences(self.warm.checkpoint, merged)

@@ -65,6 +65,7 @@ __all__ = [
     "adopt_snapshot",
     "follow",
     "gate_for",
+    "highest",
     "holder_checkpoints",
     "snapshot_dir",
     "source_fences",
@@ -147,6 +148,14 @@ def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> 
     return fences
 
 
+def highest(fences: Sequence[Fence]) -> list[Fence]:
+    """One fence per key bucket, the highest: a bucket's output was published up to there."""
+    best: dict[tuple[str, int, int, int], int] = {}
+    for key, offset in fences:
+        best[key] = max(offset, best.get(key, offset))
+    return sorted(best.items())
+
+
 def gate_for(
     fences: Sequence[Fence], plan: JobPlan, tasks: Sequence[str]
 ) -> dict[str, dict[str, int]]:
@@ -155,6 +164,7 @@ def gate_for(
     key's fence: applied without output). A partition without a fence is not read."""
     gate: dict[str, dict[str, int]] = {}
     ids = {name: i for i, name in enumerate(plan.task_names())}
+    fences = highest(fences)
     for name in tasks:
         mine = parsed(name)
         for ssp in plan.task(ids[name]).partitions:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -417,9 +418,11 @@ def test_a_container_id_the_coordinator_never_issued_exits_1_in_one_line(
         check=False,
     )
     assert result.returncode == 1
-    assert result.stderr.strip() == (
-        "spark-elastic container: the coordinator did not issue container id 'ghost-7'"
-    )
+    assert re.fullmatch(
+        r"spark-elastic container \d\d:\d\d:\d\d\.\d{3}: "
+        r"the coordinator did not issue container id 'ghost-7'",
+        result.stderr.strip(),
+    ), result.stderr
     assert coordinator.status()["counters"]["heartbeats_invalid"] == 1
 
 

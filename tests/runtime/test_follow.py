@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,7 +16,12 @@ from test_generations import Count, counts, produce
 
 from spark_elastic import EmbeddedLog, Job, LogInput, ParquetSink, rescale
 from spark_elastic.dataplane.buckets import bucket_of_key
-from spark_elastic.runtime.container import ContainerSettings, _rehearse, _Replayer
+from spark_elastic.runtime.container import (
+    ContainerSettings,
+    _offsets_of,
+    _rehearse,
+    _Replayer,
+)
 from spark_elastic.runtime.follow import follow, holder_batches, snapshot_dir, take_snapshot
 from spark_elastic.runtime.generations import last_committed_batch
 from spark_elastic.runtime.growth import grown_plan
@@ -170,6 +176,11 @@ def owner_to_parquet(
     )
 
 
+def read_offsets(query: StreamingQuery) -> dict[str, dict[int, int]]:
+    """Where a query's last batch ended (its committed offsets)."""
+    return _offsets_of(json.loads(query.lastProgress.json))
+
+
 def wanted_keys(spark: SparkSession, log: EmbeddedLog) -> dict[str, int]:
     """Each key of WANTED's tasks, with how many records it has in the log."""
     taken = {(int(t.split()[1].split("_")[0]), int(t.split("_")[1])) for t in WANTED}
@@ -215,6 +226,9 @@ def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publi
         replayer.follow(model)
         replayer.query.processAllAvailable()
         assert replayer.lag() == 0
+        # ... and it follows the owner: it has read what the owner committed.
+        assert read_offsets(replayer.query) == read_offsets(owner)
+        assert sum(read_offsets(owner)["clicks"].values()) == 160
         assert not (tmp_path / "out").exists()  # the job's sink got nothing
 
         # The handover: more records than the owner may have got to before it stopped.
