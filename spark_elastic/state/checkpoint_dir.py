@@ -491,7 +491,10 @@ class OwnerLock:
     """The driver-held ``flock`` that marks a checkpoint as in use by a running query.
 
     One lock per checkpoint per process: acquiring again from the same process
-    is a no-op, so a query can be rebuilt and restarted in one driver.
+    is a no-op, so a query can be rebuilt and restarted in one driver. A
+    query's lock is freed when Spark's listener bus reports its run
+    terminated, a moment after ``stop()`` returns: another process may be
+    refused for that moment.
     """
 
     _held: ClassVar[dict[Path, int]] = {}

@@ -12,6 +12,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from spark_elastic import (
     with_task_state,
 )
 from spark_elastic.errors import ArgumentError, CheckpointError
+from spark_elastic.state.checkpoint_dir import OwnerLock
 from spark_elastic.state.rescale import _check_unchanged, stopped_source
 
 # Slow (left out by `pytest -m "not slow"`): streaming queries, processes holding checkpoints.
@@ -527,6 +529,12 @@ def test_rescale_refuses_a_query_running_in_another_process(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
     _, checkpoint = stopped_job(spark, tmp_path, seed)
+    # This process frees the lock when Spark's listener bus reports the run terminated,
+    # a moment after the query stopped; only then can another process take it.
+    deadline = time.monotonic() + 60
+    while OwnerLock.held_here(checkpoint):
+        assert time.monotonic() < deadline, "the stopped query's lock was never released"
+        time.sleep(0.05)
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(checkpoint)],
         stdin=subprocess.PIPE,
