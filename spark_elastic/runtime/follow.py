@@ -190,8 +190,11 @@ def adopt_snapshot(target: str | os.PathLike[str]) -> Snapshot | None:
     ``None`` if there is none.
     """
     snapshot = read_snapshot(target)
-    if snapshot is None:
-        return None
+    return None if snapshot is None else _into_place(snapshot, target)
+
+
+def _into_place(snapshot: Snapshot, target: str | os.PathLike[str]) -> Snapshot:
+    """Move the snapshot's checkpoint to ``target`` and remove what is left of it."""
     os.replace(snapshot.path, target)
     shutil.rmtree(snapshot_dir(target), ignore_errors=True)
     return snapshot
@@ -296,13 +299,10 @@ def take_snapshot(target: str | os.PathLike[str], sources: Sequence[str]) -> Sna
     """
     snapshot = read_snapshot(target)
     current = {s: last_committed_batch(s) for s in sources}
-    home = snapshot_dir(target)
     if snapshot is None or dict(snapshot.sources) != current:
-        shutil.rmtree(home, ignore_errors=True)
+        drop_snapshot(target)
         return None
-    os.replace(snapshot.path, target)
-    shutil.rmtree(home, ignore_errors=True)
-    return snapshot
+    return _into_place(snapshot, target)
 
 
 def drop_snapshot(target: str | os.PathLike[str]) -> None:
