@@ -3,10 +3,10 @@
 Pure: no I/O and no clock. The supervisor (:mod:`.supervisor`) passes what the
 containers last reported (each task's lag from its current owner, each
 container's processing rate) with the time, carries the policy's small state
-from one evaluation to the next, and carries out the decisions it can (a
-stateful job's containers cannot be scaled live yet: the refusal becomes a
-hold). Every step is a named predicate or a small function, and every tie is
-broken the same way, so a run of observations always gives the same decisions.
+from one evaluation to the next, and carries out the decisions it can (one
+it must refuse, say while a move is under way, becomes a hold). Every step
+is a named predicate or a small function, and every tie is broken the same
+way, so a run of observations always gives the same decisions.
 
 The recipe, in small steps (:func:`evaluate`):
 
@@ -35,8 +35,7 @@ The recipe, in small steps (:func:`evaluate`):
    job's defined factor, and each container would still have two tasks or
    more at half the factor: merge.
 5. **Busy** (:func:`busy_task`). No scale-in while a task's lag is above
-   ``busy_lag``, or while a task of a container that would leave has any
-   backlog; the wish starts over once it is not busy.
+   ``busy_lag``; the wish starts over once it is not busy.
 6. **Stabilize.** The wish must hold continuously for ``window_s``. A
    scale-in goes to the highest target seen over the window (Kubernetes'
    scale-down stabilization); a scale-out to the latest, as its input-rate
@@ -775,12 +774,14 @@ def over_split(observation: Observation) -> bool:
     ) // 2 >= 2 * len(observation.containers)
 
 
-def _leaving(observation: Observation, target: int) -> set[str]:
-    return {c.container for c in observation.containers[target:]}
+def busy_task(observation: Observation, config: AutoscalerConfig) -> str | None:
+    """Why a scale-in must wait, or None.
 
-
-def busy_task(observation: Observation, config: AutoscalerConfig, target: int) -> str | None:
-    """Why a scale-in to ``target`` containers must wait, or None.
+    A task lagging more than ``busy_lag`` is busy, whichever container owns
+    it. A small lag is not: under a steady load every task has one when its
+    owner reports (the records that arrived during its batch), and a moved
+    task's old owner keeps running it until its new owner is warm, so the
+    records it has not applied yet are not at risk.
 
     Parameters
     ----------
@@ -788,27 +789,16 @@ def busy_task(observation: Observation, config: AutoscalerConfig, target: int) -
         An observation with no missing data.
     config
         The settings (``busy_lag``).
-    target
-        The container count after the scale-in; the newest containers
-        beyond it would leave.
 
     Returns
     -------
     str or None
         The first task (in the observation's order) with lag above
-        ``busy_lag``, else the first task of a leaving container with any
-        lag; None when no task is busy.
+        ``busy_lag``; None when no task is busy.
     """
     for task in observation.tasks:
         if task.lag > config.busy_lag:
             return f"task {task.task!r} is busy ({task.lag} records of lag > {config.busy_lag})"
-    leaving = _leaving(observation, target)
-    for task in observation.tasks:
-        if task.owner in leaving and task.lag > 0:
-            return (
-                f"task {task.task!r} of leaving container {task.owner!r} has a backlog "
-                f"({task.lag} records)"
-            )
     return None
 
 
@@ -960,7 +950,7 @@ def evaluate(config: AutoscalerConfig, state: PolicyState, observation: Observat
     # 5. busy: a merge takes tasks down as a scale-in takes containers
     merging = wish.factor is not None and wish.factor < observation.elasticity_factor
     if wish.target < current or merging:
-        busy = busy_task(observation, config, wish.target)
+        busy = busy_task(observation, config)
         if busy is not None:
             what = "merge" if merging else "scale-in"
             return Evaluation(_hold(current, "busy", f"no {what}: {busy}"), _reset(state))
