@@ -1,0 +1,171 @@
+"""The autoscaler on real containers: a load step scales a stateful job out once and back once.
+
+``spark-elastic job run`` runs the click-count job (8 stateful tasks) on one
+container with the autoscaler on (1-2 containers). Each micro-batch reads at
+most 100 records and the trigger is 1 s, so one container can never apply
+more than 100 records a second: a step to 400 a second is more than it can
+carry on any machine. The job is at rest before and after the step (so the
+warm-ups, each its own Spark application, get the 2 cores of the machine
+that runs the suite); a few records arrive during each move. Every move goes
+through KIP-441 warm-ups. At the end, the sink's rows are compared with a
+single key-ordered pass over the same log: nothing lost, nothing applied
+twice, each key's records in order. (``benchmarks/bench_autoscale.py`` runs
+a x4 step from a steady load, against a fixed-size job.)
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from test_coordinator import call
+from test_job_run import (
+    RunningJob,
+    all_applied,
+    counts_in_key_order,
+    produce,
+    start_job,
+    wait_until,
+)
+
+from spark_elastic import EmbeddedLog
+
+pytestmark = pytest.mark.slow
+
+__all__ = ["start_job"]  # the fixture, imported for this module's specs
+
+INITIAL = 300
+BATCH = 100  # records a micro-batch reads at most; with the 1 s trigger, 100 a second
+STEP = 400  # records a second
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> Path:
+    """An embedded log with a few clicks over 2 partitions (``start_job`` runs on it)."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 2)
+    produce(log, 0, INITIAL)
+    return tmp_path
+
+
+class Load(threading.Thread):
+    """Produces ``rate`` click records a second, a tenth of a second's worth at a time.
+
+    The pacing is the load itself, not a wait for something: specs wait on
+    conditions.
+    """
+
+    def __init__(self, log: EmbeddedLog, start: int, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.log, self.next, self.rate = log, start, rate
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.1):
+            due = self.rate // 10
+            produce(self.log, self.next, due)
+            self.next += due
+
+    def stop(self) -> int:
+        """Stop producing; the index of the next record (so the count of all produced)."""
+        self.stopping.set()
+        self.join()
+        return self.next
+
+
+def autoscaler_actions(job: RunningJob) -> list[str]:
+    """The autoscaler's actions among the newest events, oldest first (not its holds)."""
+    actions = ("autoscaler scale", "autoscaler split", "autoscaler merge")
+    return [
+        e["detail"]
+        for e in reversed(job.status()["events"])
+        if e["kind"] == "autoscale" and e["detail"].startswith(actions)
+    ]
+
+
+def actions_taken(job: RunningJob) -> dict[str, float]:
+    """``{action: count}`` of every action since the start, from ``/metrics``."""
+    with urllib.request.urlopen(f"{job.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    prefix = 'spark_elastic_autoscaler_actions_total{action="'
+    return {
+        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def settled(job: RunningJob, containers: int) -> Callable[[], dict[str, Any] | None]:
+    """A condition: the job model has ``containers`` containers and no warm-up."""
+
+    def check() -> dict[str, Any] | None:
+        model = job.job_model()
+        return model if model["warmups"] == [] and len(model["containers"]) == containers else None
+
+    return check
+
+
+def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CLICKS_BATCH", str(BATCH))
+    job = start_job(
+        1,
+        None,
+        0,
+        *("--autoscale", "--autoscale-max", "2", "--autoscale-busy-lag", str(BATCH)),
+        *("--autoscale-drain-ms", "3000", "--autoscale-window-ms", "2000"),
+        *("--autoscale-cooldown-ms", "10000"),
+    )
+    # The processing rate over 10 s, not 30: the scale-in comes sooner after the step.
+    assert call(f"{job.url}/autoscaler", {"rateWindowS": 10})[0] == 200
+    log = EmbeddedLog(clicks / "log")
+    wait_until("the first records applied", all_applied(job, INITIAL))
+    # At rest the job is steady on one container: the policy has its data (every task's
+    # lag, the container's rate, from the reports of its idle triggers) and wants nothing.
+    wait_until(
+        "a steady decision",
+        lambda: (job.status()["autoscaler"]["lastDecision"] or {}).get("rule") == "steady",
+    )
+    assert autoscaler_actions(job) == []
+
+    load = Load(log, INITIAL, STEP)
+    load.start()
+    try:
+        (out,) = wait_until("a scale-out", lambda: autoscaler_actions(job))
+    finally:
+        total = load.stop()  # the step ends with the reaction to it
+    assert out.startswith("autoscaler scale-out to 2: lagging"), out
+    # KIP-441: the new owners (a container's query runs a fixed set of tasks, so both
+    # halves get one) warm up while the old one keeps every task, and has work meanwhile.
+    pending = job.job_model()
+    assert [len(c["tasks"]) for c in pending["containers"]] == [8]
+    assert [len(w["tasks"]) for w in pending["warmups"]] == [4, 4]
+    produce(log, total, 100)
+    total += 100
+    wait_until("two containers own the tasks", settled(job, 2), timeout=300)
+
+    # The step is over: once the backlog is drained and the rate window shows it, one
+    # container is enough again.
+    wait_until("a scale-in", lambda: len(autoscaler_actions(job)) == 2, timeout=300)
+    back = autoscaler_actions(job)[1]
+    assert back.startswith("autoscaler scale-in to 1: underused"), back
+    produce(log, total, 100)  # for the old owners while their successor warms up
+    total += 100
+    last = wait_until("one container owns the tasks", settled(job, 1), timeout=300)
+    assert [len(c["tasks"]) for c in last["containers"]] == [8]
+    produce(log, total, 100)  # for the last owner, with the state it took over
+    total += 100
+    wait_until("every record applied", all_applied(job, total), timeout=240)
+    # One action for the step and one after it: no flapping.
+    assert {a: n for a, n in actions_taken(job).items() if n} == {"scale-out": 1, "scale-in": 1}
+    assert job.output_rows() == counts_in_key_order(spark, clicks, planned=2)
+    job.status()  # records the containers' pids for cleanup
