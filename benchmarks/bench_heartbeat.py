@@ -43,6 +43,9 @@ class NoProcesses:
     def alive(self, pid: int, container_id: str) -> bool:
         return True
 
+    def terminate(self, pid: int, container_id: str) -> None:
+        return None
+
     def kill(self, pid: int, container_id: str, sig: int) -> None:
         return None
 

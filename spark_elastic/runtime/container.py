@@ -86,6 +86,7 @@ from spark_elastic.runtime.follow import (
     gate_for,
     highest,
     holder_checkpoints,
+    holders_stopping,
     source_fences,
     take_snapshot,
 )
@@ -926,8 +927,14 @@ class _Replayer:
         self.fences = merged
 
     def __call__(self, model: JobModel, container_id: str) -> None:
-        """Follow, as :func:`_await_tasks` calls it while the warm-up waits."""
-        if model.warmup(container_id) is not None:
+        """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
+
+        Not once the old owners are stopping: their last batch then lands
+        beyond the gate, and the query, idle at the gate, covers it and what
+        came after in one batch once it owns the tasks. Following it would
+        start a batch of no output just before the handover.
+        """
+        if model.warmup(container_id) is not None and not holders_stopping(model, self.warm.tasks):
             self.follow(model)
 
     def failed(self) -> bool:
@@ -1135,9 +1142,37 @@ def run_container(settings: ContainerSettings) -> int:
         f"({time.monotonic() - given:.1f} s after they were given)"
     )
     code = _supervise(query, job, plan, mine, client, stop, dead, given, since)
+    if stop.is_set() and not dead.is_set():
+        # Asked to stop (a handover, or the job's stop): the heartbeats go on renewing the
+        # lease while the batch in flight commits, so its records are published here
+        # rather than replayed by a successor.
+        _finish_batch(query, settings.shutdown_s, dead)
     beats.stopping.set()
     _stop_within(query, settings.shutdown_s)
     return code
+
+
+def _finish_batch(query: StreamingQuery, limit_s: float, dead: threading.Event) -> None:
+    """Wait until the query's micro-batch in flight has committed (or none runs).
+
+    Runs on the container's driver, once, when the container is asked to
+    stop. Spark has no stop at a batch boundary for Structured Streaming
+    (``query.stop()`` interrupts the batch), so this watches the query's
+    status: no trigger active, or a newer progress than when it was asked.
+    Gives up after ``limit_s`` or once the lease is lost (``dead``): the
+    batch is then abandoned, uncommitted, as a crash would leave it.
+    """
+
+    def last() -> str:
+        return str(_progress_json(query.lastProgress).get("timestamp", ""))
+
+    asked, before = time.monotonic(), last()
+    while time.monotonic() < asked + limit_s and not dead.is_set() and query.isActive:
+        if not query.status.get("isTriggerActive") or last() != before:
+            _log(f"stopping at a batch boundary ({time.monotonic() - asked:.1f} s after asked)")
+            return
+        time.sleep(0.05)
+    _log("stopping mid-batch: the batch in flight is abandoned")
 
 
 def _replays(job: Job, settings: ContainerSettings) -> bool:

@@ -110,6 +110,11 @@ def holder_checkpoints(model: JobModel, tasks: Sequence[str]) -> list[str]:
     return sorted(c.checkpoint for c in model.containers if c.container_id in holders)
 
 
+def holders_stopping(model: JobModel, tasks: Sequence[str]) -> bool:
+    """Whether a container that holds keys of ``tasks`` is stopping for a handover."""
+    return bool(Holders(model.containers).of(tasks) & set(model.stopping))
+
+
 def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> list[Fence]:
     """Where each source checkpoint's owner published its output up to, per key bucket.
 

@@ -231,6 +231,11 @@ class JobModel:
         will take its ``tasks`` from their owners in ``containers``, which
         keep running them until every warm-up is ready; its ``sources`` are
         set when the move is made.
+    stopping
+        Ids of containers asked to stop at a batch boundary for a move, sorted:
+        they own their tasks until their warm-ups take them, so a replaying
+        warm-up stops following them (its next batch then covers their last
+        one with its first output).
     """
 
     version: int
@@ -240,6 +245,7 @@ class JobModel:
     containers: tuple[ContainerModel, ...] = ()
     planned_partitions: Mapping[str, int] | None = None
     warmups: tuple[ContainerModel, ...] = ()
+    stopping: tuple[str, ...] = ()
 
     _KEYS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -250,6 +256,7 @@ class JobModel:
             "containers",
             "plannedPartitions",
             "warmups",
+            "stopping",
         }
     )
 
@@ -280,6 +287,7 @@ class JobModel:
             "plannedPartitions": dict(sorted(self.planned.items())),
             "containers": [c.to_json() for c in self.containers],
             "warmups": [c.to_json() for c in self.warmups],
+            "stopping": list(self.stopping),
         }
 
     @classmethod
@@ -322,6 +330,15 @@ class JobModel:
             raise ProtocolError(
                 f"{where}: warm-ups {first!r} and {second!r} both take task {task!r}"
             )
+        # Models stored before stops at a batch boundary existed have none.
+        stopping = _field(doc, "stopping", list, where) if "stopping" in doc else []
+        owners = {c.container_id for c in containers}
+        strangers = [i for i in stopping if not isinstance(i, str) or i not in owners]
+        if strangers or stopping != sorted(set(stopping)):
+            raise ProtocolError(
+                f"{where}.stopping: expected sorted ids of containers in the model, "
+                f"found {stopping!r}"
+            )
         return cls(
             version=_non_negative(_field(doc, "version", int, where), where),
             job=_field(doc, "job", str, where),
@@ -330,6 +347,7 @@ class JobModel:
             containers=containers,
             planned_partitions=None if planned == partitions else planned,
             warmups=warmups,
+            stopping=tuple(stopping),
         )
 
 

@@ -366,8 +366,14 @@ class Launcher(Protocol):
         """Whether ``pid`` is still that container's process."""
         ...
 
+    def terminate(self, pid: int, container_id: str) -> None:
+        """Ask the container's main process to stop (SIGTERM, only if it is still that
+        container): it finishes its micro-batch in flight, stops its query and exits."""
+        ...
+
     def kill(self, pid: int, container_id: str, sig: int) -> None:
-        """Signal the container's process (only if it is still that container)."""
+        """Signal every process the container started (only processes of that container),
+        even once its main process has exited."""
         ...
 
 
@@ -420,20 +426,51 @@ class LocalLauncher:
         child = self._children.get(pid)
         if child is not None and child.poll() is not None:
             return False
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z" and f"{CONTAINER_ID_ENV}={container_id}".encode() in environ.split(
-            b"\0"
-        )
+        return _of_container(pid, container_id) is not None
 
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
-        """Signal the container's process group, if ``pid`` is still that container."""
+    def terminate(self, pid: int, container_id: str) -> None:
+        """SIGTERM to the container's main process only, if ``pid`` is still that container.
+
+        Not to its process group: its Spark driver (a JVM in the group) would
+        abandon the micro-batch in flight, which the container finishes first.
+        """
         if self.alive(pid, container_id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+    def kill(self, pid: int, container_id: str, sig: int) -> None:
+        """Signal the container's process group while any process of it is that container's.
+
+        Its main process leads the group (its own session); what it started,
+        its JVM included, inherits the container's id in its environment. So
+        the group is signalled after its leader exited too (what is left of
+        it), and never once its id could name someone else's group.
+        """
+        if self.alive(pid, container_id) or _group_of_container(pid, container_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
+
+
+def _of_container(pid: int, container_id: str) -> int | None:
+    """``pid``'s process group when it is a live (not zombie) process of that container."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == "Z" or f"{CONTAINER_ID_ENV}={container_id}".encode() not in environ.split(
+        b"\0"
+    ):
+        return None
+    return int(fields[2])
+
+
+def _group_of_container(group: int, container_id: str) -> bool:
+    """Whether a live process of that container is in process group ``group``."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _of_container(int(entry.name), container_id) == group:
+            return True
+    return False
 
 
 @dataclass
@@ -517,6 +554,9 @@ class Supervisor:
         self.partitions_refused = ""
         # Predecessors a successor waits for: retired id -> when its lease was last renewed.
         self._retired: dict[str, float] = {}
+        # Retired containers finishing their batch in flight: id -> until when (clock) their
+        # heartbeats still renew their lease.
+        self._finishing: dict[str, float] = {}
         # Progress reports as received: container -> (monotonic time, records processed).
         self._reports: dict[str, deque[tuple[float, int]]] = {}
         self._first_report: dict[str, float] = {}
@@ -543,6 +583,7 @@ class Supervisor:
             elif record.state == "retired" and record.pid is not None:
                 # It may still be stopping: its successor waits for it as for a live lease.
                 self._retired[record.id] = now
+                self._finishing[record.id] = now + self.terms.lease_s
         self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
         return stored
 
@@ -642,14 +683,18 @@ class Supervisor:
 
     def _reap_retired(self) -> None:
         """Forget retired containers that stopped; kill those whose lease and margin ran
-        out by this clock (they write nothing any more). The rest may still write."""
+        out by this clock (they write nothing any more). The rest may still write.
+
+        A container that stopped has stopped its query: what is left of its
+        process group (its JVM on the way out) is killed, so nothing of it can
+        commit once its successor reads its final offsets."""
         for old_id, renewed_at in list(self._retired.items()):
             old = self._records[old_id]
-            if not self.launcher.alive(old.pid or 0, old_id):
-                del self._retired[old_id]
-            elif self.clock() > self.terms.reassignable_at(renewed_at):
+            stopped = not self.launcher.alive(old.pid or 0, old_id)
+            if stopped or self.clock() > self.terms.reassignable_at(renewed_at):
                 self.launcher.kill(old.pid or 0, old_id, signal.SIGKILL)
                 del self._retired[old_id]
+                self._finishing.pop(old_id, None)
 
     def _launch(self, record: ContainerRecord) -> None:
         env = {
@@ -678,10 +723,16 @@ class Supervisor:
 
     def _reply(self, container_id: str) -> HeartbeatReply:
         live = self._live.get(container_id)
+        now = self.clock()
+        if live is None and now < self._finishing.get(container_id, now):
+            # Retired and finishing its batch in flight: its lease holds until it exits
+            # (its successor waits for that) or its time to finish runs out.
+            self._retired[container_id] = now
+            self._count("heartbeats_alive")
+            return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
         if live is None:
             self._count("heartbeats_invalid")
             return HeartbeatReply(False, 0, self.model.version)
-        now = self.clock()
         live.renewed_at = now
         live.last_valid_beat = now
         self._count("heartbeats_alive")
@@ -1198,7 +1249,13 @@ class Supervisor:
     def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         running = [self._records[o.container_id] for o in owners]
         running = [r for r in running if r.state != "retired"]
+        stopping = tuple(sorted({*self.model.stopping, *(o.container_id for o in owners)}))
+        model = self.model
+        if stopping != model.stopping:
+            model = replace(model, version=model.version + 1, stopping=stopping)
         with self.store.transaction() as db:
+            if model is not self.model:
+                self.store.save_model(db, model)
             for record in running:
                 self.store.update_container(db, record.id, state="retired", ended_at=time.time())
             self.store.add_event(
@@ -1207,6 +1264,7 @@ class Supervisor:
                 detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
                 f"{', '.join(r.id for r in running)} at a batch boundary",
             )
+        self.model = model
         self._retire(running)
 
     def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
@@ -1242,6 +1300,7 @@ class Supervisor:
                 containers=tuple(sorted([*staying, *taking], key=lambda c: c.container_id)),
                 warmups=left,
                 elasticity_factor=_model_factor(self.model, [*staying, *taking], left),
+                stopping=tuple(c for c in self.model.stopping if c not in gone),
             )
             self.store.save_model(db, model)
         for warm in taking:
@@ -1324,13 +1383,19 @@ class Supervisor:
             )
 
     def _retire(self, records: Sequence[ContainerRecord]) -> None:
-        """Stop predecessors: no more leases, SIGTERM; successors wait for them (``_waits``)."""
+        """Stop predecessors at a batch boundary; successors wait for them (``_waits``).
+
+        Each gets SIGTERM and one lease to finish its micro-batch in flight
+        and stop (its heartbeats renew its lease until then), so its last
+        records are published by it, not replayed by its successor.
+        """
         for record in records:
             live = self._live.pop(record.id, None)
             self._set(record.id, state="retired", ended_at=time.time())
             if live is not None and record.pid is not None:
                 self._retired[record.id] = live.renewed_at
-                self.launcher.kill(record.pid, record.id, signal.SIGTERM)
+                self._finishing[record.id] = self.clock() + self.terms.lease_s
+                self.launcher.terminate(record.pid, record.id)
 
     def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
         # A container that never committed a batch hands on what it was given (its own
@@ -1523,7 +1588,7 @@ class Supervisor:
         """
         running = [r for r in self._records.values() if r.live and r.pid is not None]
         for record in running:
-            self.launcher.kill(record.pid or 0, record.id, signal.SIGTERM)
+            self.launcher.terminate(record.pid or 0, record.id)
         deadline = time.monotonic() + timeout_s
         for record in running:
             while self.launcher.alive(record.pid or 0, record.id) and time.monotonic() < deadline:

@@ -297,9 +297,17 @@ def test_a_successor_never_starts_while_its_predecessor_may_still_write(
         # The coordinator restarts right after the handover committed.
         second = watched(tmp_path, int(first.url.rsplit(":", 1)[1]), stubborn, clock=clock)
         with second.server.running_in_thread():
-            # Many ticks, predecessors alive, their leases (from the restart) not over.
-            wait_until("ticks", lambda: second.status()["counters"].get("heartbeats_invalid"))
-            clock.now += TERMS.lease_s + TERMS.margin_s - 0.1
+            # The predecessors have one lease (from the restart) to finish their batch in
+            # flight: their heartbeats renew it meanwhile, and are refused after it.
+            def counters() -> dict[str, int]:
+                return second.status()["counters"]  # type: ignore[no-any-return]
+
+            wait_until("renewals", lambda: counters().get("heartbeats_alive", 0) >= 4)
+            assert "heartbeats_invalid" not in counters()
+            clock.now += TERMS.lease_s + 0.01
+            wait_until("refusals", lambda: counters().get("heartbeats_invalid"))
+            # Their last renewal was at the restart's time: the lease and the margin from it.
+            clock.now += TERMS.margin_s - 0.11
             time.sleep(1.0)  # ticks at 0.2 s: five of them see the same clock
             assert launched(second) == set()
             assert all(first.launcher.alive(pid, c) for c, pid in running.items())
