@@ -66,6 +66,16 @@ def test_warm_ups_round_trip_and_a_model_without_them_has_none() -> None:
         JobModel.from_json(same_id)
 
 
+def test_owners_stopping_for_a_move_round_trip_and_must_be_containers_of_the_model() -> None:
+    stopping = JobModel(**{**MODEL.__dict__, "stopping": ("clicks-c1", "clicks-c4")})
+    assert JobModel.from_json(stopping.to_json()) == stopping
+    stored_before = {k: v for k, v in MODEL.to_json().items() if k != "stopping"}
+    assert JobModel.from_json(stored_before).stopping == ()
+    for bad in (["clicks-c9"], ["clicks-c4", "clicks-c1"], ["clicks-c1", "clicks-c1"], [1]):
+        with pytest.raises(ProtocolError, match=r"jobModel\.stopping: expected sorted ids of "):
+            JobModel.from_json({**MODEL.to_json(), "stopping": bad})
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
