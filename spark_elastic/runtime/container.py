@@ -315,20 +315,26 @@ class CoordinatorClient:
         with urllib.request.urlopen(request, timeout=self._timeout) as response:
             return json.loads(response.read())
 
-    def heartbeat(self, container_id: str) -> HeartbeatReply:
+    def heartbeat(self, container_id: str, caught_up: bool = False) -> HeartbeatReply:
         """``GET /containerHeartbeat?executionContainerId=ID``.
 
         Parameters
         ----------
         container_id
             This container's id.
+        caught_up
+            A warm-up whose old owners are stopping says it has caught up
+            with them (``&caughtUp=true``).
 
         Returns
         -------
         HeartbeatReply
             Whether the coordinator considers the container alive, and its lease.
         """
-        query = urllib.parse.urlencode({"executionContainerId": container_id})
+        params = {"executionContainerId": container_id}
+        if caught_up:
+            params["caughtUp"] = "true"
+        query = urllib.parse.urlencode(params)
         return HeartbeatReply.from_json(self._call(f"/containerHeartbeat?{query}"))
 
     def register(self, registration: Registration) -> HeartbeatReply:
@@ -829,6 +835,8 @@ class _Follower:
         warm = model.warmup(container_id)
         if warm is None or time.monotonic() - self.last < self.every_s:
             return
+        if holders_stopping(model, warm.tasks):
+            return  # the handover forks their final checkpoints: a snapshot now is wasted
         self.last = time.monotonic()
         factor = _factor_of(warm, self.job)
         try:
@@ -846,6 +854,11 @@ class _Follower:
                 f"{sorted(snapshot.sources.values())}: {snapshot.keys} keys in "
                 f"{snapshot.seconds:.1f} s"
             )
+
+    def caught_up(self, model: JobModel, container_id: str) -> bool:
+        """Snapshots have nothing to catch up with: ready once the old owners are stopping."""
+        warm = model.warmup(container_id)
+        return warm is not None and holders_stopping(model, warm.tasks)
 
 
 class _Replayer:
@@ -936,6 +949,12 @@ class _Replayer:
         """
         if model.warmup(container_id) is not None and not holders_stopping(model, self.warm.tasks):
             self.follow(model)
+
+    def caught_up(self, model: JobModel, container_id: str) -> bool:
+        """Whether the old owners are stopping and the query has applied all below the gate
+        (it then waits there: its next batch, once it owns the tasks, publishes)."""
+        warm = model.warmup(container_id)
+        return warm is not None and holders_stopping(model, warm.tasks) and self.lag() == 0
 
     def failed(self) -> bool:
         """Whether the query ended (it should run until the container stops)."""
@@ -1029,6 +1048,11 @@ def _await_tasks(
                 return None
             if follower is not None:
                 follower(model, container_id)
+                if follower.caught_up(model, container_id):
+                    # The handover's first phase: the old owners stop once their warm-ups
+                    # say this (or after a lease).
+                    with contextlib.suppress(OSError, ValueError, ProtocolError):
+                        client.heartbeat(container_id, caught_up=True)
             if isinstance(follower, _Replayer) and follower.failed():
                 _log(f"the replaying query ended: {follower.query.exception()}")  # type: ignore[union-attr]
                 dead.set()

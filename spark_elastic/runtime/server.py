@@ -346,7 +346,10 @@ class CoordinatorServer:
             raise ProtocolError(
                 "executionContainerId: expected exactly one container id query parameter"
             )
-        reply = self.supervisor.heartbeat(validate_container_id(values[0]))
+        caught_up = request.query.getall("caughtUp", [])
+        if caught_up not in ([], ["true"]):
+            raise ProtocolError(f"caughtUp: expected true or nothing, found {caught_up!r}")
+        reply = self.supervisor.heartbeat(validate_container_id(values[0]), bool(caught_up))
         self.metrics.heartbeats.labels(str(reply.alive).lower()).inc()
         if not reply.alive:
             self.metrics.expired_heartbeats.inc()
@@ -447,6 +450,7 @@ class CoordinatorServer:
         await runner.setup()
         await web.SockSite(runner, self._sock).start()
         self._runner = runner
+        self.supervisor.serving()
         self.supervisor.launch_pending()
         ticker = asyncio.ensure_future(self._tick_forever())
         if ready is not None:

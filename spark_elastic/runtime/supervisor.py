@@ -557,6 +557,10 @@ class Supervisor:
         # Retired containers finishing their batch in flight: id -> until when (clock) their
         # heartbeats still renew their lease.
         self._finishing: dict[str, float] = {}
+        # The handover's first phase: warm-ups that said they caught up with their stopping
+        # old owners, and when (clock) the phase began (None: no group in it).
+        self._caught_up: set[str] = set()
+        self._catching_up_since: float | None = None
         # Progress reports as received: container -> (monotonic time, records processed).
         self._reports: dict[str, deque[tuple[float, int]]] = {}
         self._first_report: dict[str, float] = {}
@@ -586,6 +590,22 @@ class Supervisor:
                 self._finishing[record.id] = now + self.terms.lease_s
         self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
         return stored
+
+    def serving(self) -> None:
+        """The coordinator now answers heartbeats: every lease it knows starts from now.
+
+        Called once its server listens. A restarted coordinator gave its
+        containers fresh leases when it read its store; however long it then
+        took to listen (loading the job, a loaded machine) must not count
+        against them, or it would fail over containers that could not reach it.
+        """
+        now = self.clock()
+        for live in self._live.values():
+            live.renewed_at = max(live.renewed_at, now)
+        for old_id in self._retired:
+            self._retired[old_id] = max(self._retired[old_id], now)
+            if old_id in self._finishing:
+                self._finishing[old_id] = now + self.terms.lease_s
 
     def _check_same_job(self, stored: JobModel) -> None:
         shape = self.shape
@@ -738,13 +758,17 @@ class Supervisor:
         self._count("heartbeats_alive")
         return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
 
-    def heartbeat(self, container_id: str) -> HeartbeatReply:
+    def heartbeat(self, container_id: str, caught_up: bool = False) -> HeartbeatReply:
         """Answer SAMZA-871's heartbeat; renew the lease of a live container.
 
         Parameters
         ----------
         container_id
             The id from ``executionContainerId``.
+        caught_up
+            A warm-up says it has applied everything its stopping old owners
+            committed (``caughtUp=true``): its query waits at its gate, so
+            its first batch as owner will publish.
 
         Returns
         -------
@@ -752,7 +776,10 @@ class Supervisor:
             ``alive`` and the lease, or ``alive: false`` (counted) for a
             container that is not live.
         """
-        return self._reply(container_id)
+        reply = self._reply(container_id)
+        if reply.alive and caught_up and self.model.warmup(container_id) is not None:
+            self._caught_up.add(container_id)
+        return reply
 
     def register(self, registration: Registration) -> HeartbeatReply:
         """A launched container announces its process; grants its first lease.
@@ -1220,7 +1247,11 @@ class Supervisor:
                 self._hand_to(warmups, owners)
             return
         ready = next((g for g in groups if self._owners_may_shut_down(*g)), None)
-        if ready is not None and not self._new_owners_starting(groups):
+        if (
+            ready is not None
+            and not self._new_owners_starting(groups)
+            and self._warm_ups_caught_up(*ready)
+        ):
             self._stop_owners(*ready)
 
     def _owners_may_shut_down(
@@ -1246,6 +1277,43 @@ class Supervisor:
             and c.container_id not in reported
         ]
 
+    def _warm_ups_caught_up(
+        self, warmups: list[ContainerModel], owners: list[ContainerModel]
+    ) -> bool:
+        """The handover's first phase: whether a ready group's old owners may stop now.
+
+        The job model first lists the old owners under ``stopping`` (they
+        keep running). A replaying warm-up then stops raising its gate, lets
+        its query apply what is below it, and says it has caught up; the
+        owners stop once every warm-up of the group has said so, or one lease
+        after the listing. So the warm-ups' queries wait at their gates when
+        the owners' last batch commits: their first batch as owners publishes.
+        A cold new owner (never launched) has nothing to catch up.
+        """
+        ids = {o.container_id for o in owners}
+        now = self.clock()
+        if not ids <= set(self.model.stopping):
+            stopping = tuple(sorted({*self.model.stopping, *ids}))
+            model = replace(self.model, version=self.model.version + 1, stopping=stopping)
+            with self.store.transaction() as db:
+                self.store.save_model(db, model)
+                self.store.add_event(
+                    db,
+                    "move",
+                    detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: "
+                    f"they catch up with {', '.join(sorted(ids))} (job model {model.version})",
+                )
+            self.model = model
+            self._caught_up.clear()
+            self._catching_up_since = now
+            return False
+        if self._catching_up_since is None:  # listed by a coordinator before a restart
+            self._catching_up_since = now
+        caught = all(
+            w.container_id in self._caught_up or self._cold(w.container_id) for w in warmups
+        )
+        return caught or now > self._catching_up_since + self.terms.lease_s
+
     def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         running = [self._records[o.container_id] for o in owners]
         running = [r for r in running if r.state != "retired"]
@@ -1253,6 +1321,7 @@ class Supervisor:
         model = self.model
         if stopping != model.stopping:
             model = replace(model, version=model.version + 1, stopping=stopping)
+        self._catching_up_since = None
         with self.store.transaction() as db:
             if model is not self.model:
                 self.store.save_model(db, model)
@@ -1408,6 +1477,9 @@ class Supervisor:
         # The new generation starts from the old one's committed prefix; a warm-up that
         # failed is replaced by another (it owned nothing yet).
         warming = self.model.warmup(old_id) is not None
+        # A failover calls off a handover's first phase (its group is no longer ready): the
+        # owners listed as stopping that still run go on, and their warm-ups follow again.
+        stopping = tuple(c for c in self.model.stopping if self._records[c].state == "retired")
         with self.store.transaction() as db:
             new = self._new_container(db, old.tasks, () if warming else self._sources_of(old))
             if warming:
@@ -1416,6 +1488,7 @@ class Supervisor:
                     self.model,
                     version=self.model.version + 1,
                     warmups=tuple(sorted([*warmups, new], key=lambda c: c.container_id)),
+                    stopping=stopping,
                 )
             else:
                 containers = [c for c in self.model.containers if c.container_id != old_id]
@@ -1423,6 +1496,7 @@ class Supervisor:
                     self.model,
                     version=self.model.version + 1,
                     containers=tuple(sorted([*containers, new], key=lambda c: c.container_id)),
+                    stopping=stopping,
                 )
             self.store.save_model(db, model)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
@@ -1619,8 +1693,13 @@ class Supervisor:
             for w in self.model.warmups
         ]
         ready = all(w["state"] == "warm" for w in warmups)
+        owners = holders.of([t for w in self.model.warmups for t in w.tasks])
+        retired = any(self._records[o].state == "retired" for o in owners)
+        phase = "warming up"
+        if ready:
+            phase = "stopping the old owners" if retired else "catching up with the old owners"
         return {
-            "phase": "stopping the old owners" if ready else "warming up",
+            "phase": phase,
             "warmups": warmups,
         }
 

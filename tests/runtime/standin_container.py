@@ -5,7 +5,9 @@ coordinator answers ``alive: false`` (exit 1) or it gets SIGTERM (exit 0).
 With STANDIN_STUBBORN=1 it ignores both and heartbeats on: a predecessor that
 does not stop when told, as a hung container would not. A warm-up (in the job
 model's ``warmups``) registers, i.e. says it is ready, only once the file
-STANDIN_WARM_GATE names exists (at once when unset).
+STANDIN_WARM_GATE names exists (at once when unset); its heartbeats then say
+it has caught up with its old owners once the file STANDIN_CAUGHT_UP_GATE
+names exists (at once when unset).
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ def main() -> int:
     stubborn = os.environ.get("STANDIN_STUBBORN") == "1"
     signal.signal(signal.SIGTERM, signal.SIG_IGN if stubborn else on_term)
     gate = os.environ.get("STANDIN_WARM_GATE")
-    if gate and client.job_model().warmup(settings.container_id) is not None:
+    warm = client.job_model().warmup(settings.container_id) is not None
+    caught_up_gate = os.environ.get("STANDIN_CAUGHT_UP_GATE")
+
+    def caught_up() -> bool:
+        return warm and (not caught_up_gate or Path(caught_up_gate).exists())
+
+    if gate and warm:
         while not Path(gate).exists():
             time.sleep(0.05)
     deadline = time.monotonic() + 20
@@ -47,7 +55,7 @@ def main() -> int:
             time.sleep(settings.heartbeat_s)
     while not stop:
         try:
-            if not client.heartbeat(settings.container_id).alive and not stubborn:
+            if not client.heartbeat(settings.container_id, caught_up()).alive and not stubborn:
                 return 1
         except OSError:
             pass

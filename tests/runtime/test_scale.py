@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cli_runner import run_cli
 from test_cli_job import one_line_error
-from test_coordinator import TASKS, Coordinator, call, shape, wait_until
+from test_coordinator import TASKS, TERMS, Coordinator, call, shape, wait_until
 from test_growth import Clock, crash
 from test_job_run import alive
 
@@ -218,11 +218,87 @@ def test_a_stateful_job_moves_tasks_only_once_their_new_owners_are_warm(
     assert stateful.status()["move"] is None
     kinds = [e["kind"] for e in stateful.status()["events"]]
     assert kinds.count("warm") == len(warmups)
-    assert kinds.count("move") == 1 + len(warmups)  # the probing move, then each hand-over
+    # The probing move's two phases (catch up, stop the old owners), then each hand-over.
+    assert kinds.count("move") == 2 + len(warmups)
     # The old owners that handed over stopped before any warm-up took their tasks.
     leaving = [c for c in two["containers"] if c not in three["containers"]]
     for c in leaving:
         assert not alive(owners[c["containerId"]])
+
+
+@pytest.fixture
+def catching_up(tmp_path: Path) -> Iterator[tuple[Coordinator, Clock]]:
+    """A stateful job whose warm-ups are ready at once but say they caught up with their
+    old owners only once the spec opens a gate; its clock moves only when the spec says."""
+    base = shape(tmp_path)
+    clock = Clock()
+    c = Coordinator(
+        tmp_path,
+        job_shape=JobShape(**{**base.__dict__, "stateful": True}),
+        env={"STANDIN_CAUGHT_UP_GATE": str(tmp_path / "caught-up")},
+        clock=clock,
+    )
+    try:
+        with c.server.running_in_thread():
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            started(c)
+            yield c, clock
+    finally:
+        c.kill_all()
+
+
+def listed_as_stopping(coordinator: Coordinator, owners: dict[str, int]) -> dict[str, Any]:
+    """Scale 2 -> 3, then wait for the handover's first phase: the old owners listed as
+    stopping, and a few more ticks in which they keep running."""
+    assert call(f"{coordinator.url}/scale", {"containers": 3})[0] == 200
+    listed: dict[str, Any] = wait_until(
+        "the old owners listed as stopping", lambda: (m := model(coordinator))["stopping"] and m
+    )
+    assert set(listed["stopping"]) <= set(owners)
+    assert all(w["sources"] == [] for w in listed["warmups"])  # no warm-up owns a task yet
+    assert coordinator.status()["move"]["phase"] == "catching up with the old owners"
+    beats = coordinator.status()["counters"]["heartbeats_alive"]
+    wait_until(
+        "more heartbeats (ticks at 0.2 s)",
+        lambda: coordinator.status()["counters"]["heartbeats_alive"] >= beats + 10,
+    )
+    return listed
+
+
+def test_old_owners_stop_once_their_warm_ups_have_caught_up_with_them(
+    catching_up: tuple[Coordinator, Clock], tmp_path: Path
+) -> None:
+    coordinator, _ = catching_up
+    owners = coordinator.running()
+    listed = listed_as_stopping(coordinator, owners)
+    # They run on (a replaying warm-up stops raising its gate and applies what is below it).
+    assert coordinator.running() == owners
+    assert model(coordinator)["warmups"] == listed["warmups"]
+    (tmp_path / "caught-up").touch()  # every warm-up says it caught up
+    wait_until(
+        "the warm-ups to own their tasks",
+        lambda: (m := model(coordinator))["warmups"] == [] and m["stopping"] == [],
+    )
+    for owner in listed["stopping"]:
+        assert not alive(owners[owner])
+
+
+def test_old_owners_stop_a_lease_after_the_listing_if_a_warm_up_never_catches_up(
+    catching_up: tuple[Coordinator, Clock],
+) -> None:
+    coordinator, clock = catching_up
+    owners = coordinator.running()
+    listed = listed_as_stopping(coordinator, owners)
+    clock.now += TERMS.lease_s - 0.1
+    beats = coordinator.status()["counters"]["heartbeats_alive"]
+    wait_until(
+        "more ticks", lambda: coordinator.status()["counters"]["heartbeats_alive"] >= beats + 10
+    )
+    assert coordinator.running() == owners
+    clock.now += 0.2
+    wait_until("the warm-ups to own their tasks", lambda: model(coordinator)["warmups"] == [])
+    for owner in listed["stopping"]:
+        assert not alive(owners[owner])
 
 
 def test_job_scale_on_the_command_line(slow_handover: Coordinator) -> None:
