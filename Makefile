@@ -27,8 +27,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers, a file each at a time, the end-to-end files first (conftest.py orders them).
 test: lint typecheck java
-	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

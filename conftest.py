@@ -35,6 +35,22 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 TEST_JAVA_OPTIONS = "-Xss16m -XX:TieredStopAtLevel=1"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the three files of end-to-end specs (real containers) first, longest first.
+
+    ``make test`` deals whole files to two workers in this order: the longest
+    start at once, on different workers, and the short files fill in around
+    them instead of leaving one long file to run alone at the end.
+    """
+    longest = ("test_job_run.py", "test_job_run_stateless.py", "test_job_autoscale.py")
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return longest.index(name) if name in longest else len(longest)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession shared by every test (Spark takes ~10 s to start)."""

@@ -158,6 +158,10 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             **os.environ,
             "CLICKS_ROOT": str(clicks),
             "PYSPARK_PYTHON": sys.executable,
+            # Containers go on without their coordinator for about a minute of failed
+            # heartbeats (Samza's retries; two leases at least): the spec's coordinator
+            # restart may outlast two 6 s leases on a loaded machine.
+            "SPARK_ELASTIC_HEARTBEAT_RETRIES": "120",
         }
         command = [
             sys.executable,
