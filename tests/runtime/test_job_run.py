@@ -158,10 +158,6 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             **os.environ,
             "CLICKS_ROOT": str(clicks),
             "PYSPARK_PYTHON": sys.executable,
-            # Containers go on without their coordinator for about a minute of failed
-            # heartbeats (Samza's retries; two leases at least): the spec's coordinator
-            # restart may outlast two 6 s leases on a loaded machine.
-            "SPARK_ELASTIC_HEARTBEAT_RETRIES": "120",
         }
         command = [
             sys.executable,
@@ -170,6 +166,10 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             *("--store", str(store or clicks / "coordinator.db")),
             *("--lease-ms", str(LEASE_MS), "--margin-ms", str(MARGIN_MS)),
             *("--write-budget-ms", str(BUDGET_MS), "--heartbeat-ms", str(HEARTBEAT_MS)),
+            # Containers go on without their coordinator for about a minute of failed
+            # heartbeats (Samza's retries; two leases at least): the spec's coordinator
+            # restart may outlast two 6 s leases on a loaded machine.
+            *("--heartbeat-retries", "120"),
             *extra,
         ]
         log_file = (clicks / f"coordinator-{len(started)}.log").open("w")
