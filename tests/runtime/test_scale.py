@@ -301,6 +301,45 @@ def test_old_owners_stop_a_lease_after_the_listing_if_a_warm_up_never_catches_up
         assert not alive(owners[owner])
 
 
+def test_catching_up_resumes_after_a_coordinator_restart(tmp_path: Path) -> None:
+    base = shape(tmp_path)
+    stateful = JobShape(**{**base.__dict__, "stateful": True})
+    env = {"STANDIN_CAUGHT_UP_GATE": str(tmp_path / "caught-up")}
+    clock = Clock()
+    first = Coordinator(tmp_path, job_shape=stateful, env=env, clock=clock)
+    try:
+        with first.server.running_in_thread():
+            wait_until("two containers", lambda: len(first.running()) == 2)
+            started(first)
+            owners = first.running()
+            listed = listed_as_stopping(first, owners)
+            crash(first)
+        # The coordinator comes back while the warm-ups catch up: the old owners are still
+        # listed and still run; the phase goes on, its lease counted from the restart.
+        port = int(first.url.rsplit(":", 1)[1])
+        second = Coordinator(tmp_path, port=port, job_shape=stateful, env=env, clock=clock)
+        with second.server.running_in_thread():
+            assert model(second)["stopping"] == listed["stopping"]
+            assert second.status()["move"]["phase"] == "catching up with the old owners"
+            clock.now += TERMS.lease_s - 0.1
+            beats = second.status()["counters"].get("heartbeats_alive", 0)
+            wait_until(
+                "more ticks",
+                lambda: second.status()["counters"].get("heartbeats_alive", 0) >= beats + 10,
+            )
+            assert second.running() == owners
+            (tmp_path / "caught-up").touch()
+            wait_until(
+                "the warm-ups to own their tasks",
+                lambda: (m := model(second))["warmups"] == [] and m["stopping"] == [],
+            )
+            assert len(model(second)["containers"]) == 3
+            for owner in listed["stopping"]:
+                assert not alive(owners[owner])
+    finally:
+        first.kill_all()
+
+
 def test_job_scale_on_the_command_line(slow_handover: Coordinator) -> None:
     url = slow_handover.url
     result = run_cli("job", "scale", url, "--containers", "3")
