@@ -39,7 +39,8 @@ unreachable) the write waits for a renewal; a revoked lease, or no renewal
 within the stop limit, fails the batch before anything is published, so the
 batch never commits. ``{"alive": false}``, or failed heartbeats (Samza's
 retries, with the lease over for another lease's length), stop the query
-and exit 1; SIGTERM stops it and exits 0; a stop that hangs past
+and exit 1; SIGTERM stops it at a batch boundary (the batch in flight
+commits first, while the lease lasts) and exits 0; a stop that hangs past
 the limit is cut short by ``os._exit(1)``, as Samza does.
 
 A container the job model lists as a *warm-up* (KIP-441) first starts its
