@@ -1317,14 +1317,9 @@ class Supervisor:
     def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         running = [self._records[o.container_id] for o in owners]
         running = [r for r in running if r.state != "retired"]
-        stopping = tuple(sorted({*self.model.stopping, *(o.container_id for o in owners)}))
-        model = self.model
-        if stopping != model.stopping:
-            model = replace(model, version=model.version + 1, stopping=stopping)
+        # The job model lists them as stopping already (_warm_ups_caught_up did, first).
         self._catching_up_since = None
         with self.store.transaction() as db:
-            if model is not self.model:
-                self.store.save_model(db, model)
             for record in running:
                 self.store.update_container(db, record.id, state="retired", ended_at=time.time())
             self.store.add_event(
@@ -1333,7 +1328,6 @@ class Supervisor:
                 detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
                 f"{', '.join(r.id for r in running)} at a batch boundary",
             )
-        self.model = model
         self._retire(running)
 
     def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:

@@ -312,6 +312,34 @@ def test_a_restarted_coordinator_keeps_its_model_and_its_containers(tmp_path: Pa
         first.kill_all()
 
 
+def test_a_restarted_coordinator_slow_to_listen_counts_leases_from_when_it_listens(
+    tmp_path: Path,
+) -> None:
+    from test_growth import Clock, crash  # test_growth imports this module: not at its top
+
+    clock = Clock()
+    first = Coordinator(tmp_path, clock=clock)
+    try:
+        with first.server.running_in_thread():
+            running = wait_until(
+                "two containers", lambda: len(first.running()) == 2 and first.running()
+            )
+            crash(first)
+        # It read its store, then took longer than a lease and its margin to listen (a slow
+        # job import, a loaded machine): the containers could not reach it meanwhile.
+        second = Coordinator(tmp_path, port=int(first.url.rsplit(":", 1)[1]), clock=clock)
+        clock.now += TERMS.lease_s + TERMS.margin_s + 1
+        with second.server.running_in_thread():
+            wait_until(
+                "heartbeats from both containers",
+                lambda: second.status()["counters"].get("heartbeats_alive", 0) >= 10,
+            )
+            assert second.running() == running
+            assert "failover" not in [e["kind"] for e in second.status()["events"]]
+    finally:
+        first.kill_all()
+
+
 def test_a_store_of_another_job_shape_is_refused(tmp_path: Path) -> None:
     Supervisor(
         shape(tmp_path), Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
