@@ -170,6 +170,13 @@ def register(subparsers: Any) -> None:
         "its query at the handover)",
     )
     run.add_argument(
+        "--catch-up-ms",
+        type=_positive_ms,
+        default=60_000,
+        help="how long a move's old owners keep running, once listed as stopping, for their "
+        "replaying warm-ups to catch up with them before they stop anyway (60000)",
+    )
+    run.add_argument(
         "--startup-ms",
         type=_positive_ms,
         default=180_000,
@@ -335,6 +342,7 @@ def _run(args: argparse.Namespace) -> int:
             partition_check_s=args.partition_check_ms / 1000,
             autoscaler=autoscaler,
             warm_ups=not args.cold_moves,
+            catch_up_s=args.catch_up_ms / 1000,
         )
 
     try:

@@ -895,6 +895,13 @@ class _Replayer:
         self.live = threading.Event()
         self.fences: list[Fence] = []
         self.query: StreamingQuery | None = None
+        # Set once caught up with stopping owners: the gate stays where it is from then on.
+        self.frozen = False
+        # The gate as last written and as it was when the query started, and whether a
+        # batch of the query read records (its state stores are then open on the executors).
+        self.gate_offsets: dict[str, dict[str, int]] = {}
+        self.start_gate: dict[str, dict[str, int]] | None = None
+        self.applied = False
 
     def _plan_at(self, model: JobModel) -> Any:
         return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
@@ -908,6 +915,7 @@ class _Replayer:
         if snapshot is None or adopt_snapshot(self.warm.checkpoint) is None:
             return False
         self.follow(model)
+        self.start_gate = self.gate_offsets
         starts = _rescaled_starts(Path(self.warm.checkpoint), self.plan, self.warm)
         self.query = _start_query(
             self.spark,
@@ -937,25 +945,54 @@ class _Replayer:
         if merged == self.fences:
             return
         write_fences(self.warm.checkpoint, merged)
-        write_gate(self.gate, gate_for(merged, self.plan, self.warm.tasks))
+        self.gate_offsets = gate_for(merged, self.plan, self.warm.tasks)
+        write_gate(self.gate, self.gate_offsets)
         self.fences = merged
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
 
-        Not once the old owners are stopping: their last batch then lands
-        beyond the gate, and the query, idle at the gate, covers it and what
-        came after in one batch once it owns the tasks. Following it would
-        start a batch of no output just before the handover.
+        Not once caught up with stopping owners (:meth:`caught_up`): their
+        last batches then land beyond the gate, and the query, idle at the
+        gate, covers them and what came after in one batch once it owns the
+        tasks. Following them would start a batch of no output just before
+        the handover, which the first batch as owner would wait for.
         """
-        if model.warmup(container_id) is not None and not holders_stopping(model, self.warm.tasks):
+        if model.warmup(container_id) is None:
+            return
+        if self.frozen and not holders_stopping(model, self.warm.tasks):
+            self.frozen = False  # the phase was called off (a failover): follow again
+        if not self.frozen:
             self.follow(model)
 
     def caught_up(self, model: JobModel, container_id: str) -> bool:
-        """Whether the old owners are stopping and the query has applied all below the gate
-        (it then waits there: its next batch, once it owns the tasks, publishes)."""
+        """Whether the warm-up is ready for its old owners to stop (the handover's first phase).
+
+        Once the owners are listed as stopping, the warm-up goes on following
+        them until its query has applied everything they had committed when
+        it last looked, and has run a batch that read records (its state
+        stores are open: its first batch as owner does not load them). The
+        gate then stays put: the owners' last batches, and what comes after
+        them, are the query's next batch, once it owns the tasks. A query with
+        nothing to apply since it started (the owners committed nothing new)
+        is caught up as it is.
+        """
         warm = model.warmup(container_id)
-        return warm is not None and holders_stopping(model, warm.tasks) and self.lag() == 0
+        if warm is None or not holders_stopping(model, warm.tasks):
+            return False
+        raised = self.gate_offsets != self.start_gate
+        if not self.frozen and self.lag() == 0 and (self.read_records() or not raised):
+            self.frozen = True
+            _log("caught up with the stopping owners: the gate stays where it is")
+        return self.frozen
+
+    def read_records(self) -> bool:
+        """Whether a batch of the query has read records (driver; looks at recent progress)."""
+        if not self.applied and self.query is not None:
+            self.applied = any(
+                _progress_json(p).get("numInputRows", 0) > 0 for p in self.query.recentProgress
+            )
+        return self.applied
 
     def failed(self) -> bool:
         """Whether the query ended (it should run until the container stops)."""

@@ -517,6 +517,12 @@ class Supervisor:
         Whether a move's new owners start before their old owners stop
         (KIP-441's warm-ups, the default); False launches each only once its
         tasks are handed over (a *cold* move, for comparison).
+    catch_up_s
+        How long a moving group's old owners keep running, listed as
+        stopping, for replaying warm-ups to say they caught up with them;
+        they stop after it anyway. They keep publishing meanwhile, so waiting
+        costs no output; stopping them early makes the new owners' first
+        batch apply what the warm-ups had not.
     """
 
     def __init__(
@@ -534,9 +540,11 @@ class Supervisor:
         partition_check_s: float = 300.0,
         autoscaler: AutoscalerConfig | None = None,
         warm_ups: bool = True,
+        catch_up_s: float = 60.0,
     ) -> None:
         self.shape = shape
         self.warm_ups = warm_ups
+        self.catch_up_s = catch_up_s
         self.store = store
         self.launcher = launcher
         self.url = url
@@ -1283,11 +1291,12 @@ class Supervisor:
         """The handover's first phase: whether a ready group's old owners may stop now.
 
         The job model first lists the old owners under ``stopping`` (they
-        keep running). A replaying warm-up then stops raising its gate, lets
-        its query apply what is below it, and says it has caught up; the
-        owners stop once every warm-up of the group has said so, or one lease
-        after the listing. So the warm-ups' queries wait at their gates when
-        the owners' last batch commits: their first batch as owners publishes.
+        keep running). A replaying warm-up then follows them until its query
+        has applied what they had committed, stops raising its gate there,
+        and says it has caught up; the owners stop once every warm-up of the
+        group has said so, or ``catch_up_s`` after the listing. So the
+        warm-ups' queries wait at their gates when the owners' last batch
+        commits: their first batch as owners publishes.
         A cold new owner (never launched) has nothing to catch up.
         """
         ids = {o.container_id for o in owners}
@@ -1312,7 +1321,7 @@ class Supervisor:
         caught = all(
             w.container_id in self._caught_up or self._cold(w.container_id) for w in warmups
         )
-        return caught or now > self._catching_up_since + self.terms.lease_s
+        return caught or now > self._catching_up_since + self.catch_up_s
 
     def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         running = [self._records[o.container_id] for o in owners]

@@ -210,33 +210,59 @@ def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publi
     try:
         owner.processAllAvailable()
         model = model_with_warmup(old, new)
-        lease = ContainerLease(LeaseTerms(lease_s=60.0, margin_s=1.0, write_budget_s=1.0))
-        lease.renew(time.monotonic(), 60_000)
+        stopping = replace(model, version=3, stopping=("c1",))
+        # The lease is not the subject here: one that outlasts the spec on a loaded machine.
+        lease = ContainerLease(LeaseTerms(lease_s=3600.0, margin_s=1.0, write_budget_s=1.0))
+        lease.renew(time.monotonic(), 3_600_000)
         settings = ContainerSettings("w2", "http://127.0.0.1:1", "unused")
         replayer = _Replayer(
             spark, click_job(log, tmp_path), settings, lease, model.warmups[0], model
         )
         assert replayer.start(model)
         assert replayer.query is not None
+        gate = Path(replayer.gate)
 
         # While the owner runs: the warm-up reads no further than the owner committed,
         # and everything it applies is quiet.
         produce(log, 100, 60)
         owner.processAllAvailable()
-        replayer.follow(model)
+        replayer(model, "w2")
         replayer.query.processAllAvailable()
         assert replayer.lag() == 0
         # ... and it follows the owner: it has read what the owner committed.
         assert read_offsets(replayer.query) == read_offsets(owner)
         assert sum(read_offsets(owner)["clicks"].values()) == 160
         assert not (tmp_path / "out").exists()  # the job's sink got nothing
+        assert not replayer.caught_up(model, "w2")  # the owner is not stopping
+
+        # The owner is listed as stopping and commits more: the warm-up follows it, and
+        # has caught up once its query applied that too.
+        produce(log, 160, 20)
+        owner.processAllAvailable()
+        replayer(stopping, "w2")
+        assert not replayer.caught_up(stopping, "w2")
+        replayer.query.processAllAvailable()
+        assert replayer.caught_up(stopping, "w2")
+        held = gate.read_text()
+
+        # From then on its gate stays: what the owner commits is for its first batch as owner.
+        produce(log, 180, 10)
+        owner.processAllAvailable()
+        replayer(stopping, "w2")
+        assert gate.read_text() == held
+        assert replayer.caught_up(stopping, "w2")
+        # Unless the phase is called off (a failover unlisted the owner): it follows again.
+        replayer(model, "w2")
+        assert gate.read_text() != held
+        assert not replayer.caught_up(model, "w2")
+        replayer.query.processAllAvailable()
 
         # The handover: more records than the owner may have got to before it stopped.
-        produce(log, 160, 30)
+        produce(log, 190, 30)
         owner.stop()
         mine = replace(model.warmups[0], sources=(str(old),))
         replayer.take_over(mine, model)
-        produce(log, 190, 50)
+        produce(log, 220, 50)
         replayer.query.processAllAvailable()
     finally:
         owner.stop()

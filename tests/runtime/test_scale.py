@@ -226,6 +226,25 @@ def test_a_stateful_job_moves_tasks_only_once_their_new_owners_are_warm(
         assert not alive(owners[c["containerId"]])
 
 
+CATCH_UP_S = 5.0
+"""How long these specs' old owners wait for their warm-ups: longer than a lease (2 s)."""
+
+
+def advance(coordinator: Coordinator, clock: Clock, seconds: float) -> None:
+    """Move the frozen clock on by ``seconds`` in steps shorter than a lease, with heartbeats
+    between them (every container's lease is renewed at each step)."""
+    left = seconds
+    while left > 0:
+        step = min(left, TERMS.lease_s / 2)
+        clock.now += step
+        left -= step
+        beats = coordinator.status()["counters"].get("heartbeats_alive", 0)
+        wait_until(
+            "heartbeats at the new time",
+            lambda b=beats: coordinator.status()["counters"].get("heartbeats_alive", 0) >= b + 10,
+        )
+
+
 @pytest.fixture
 def catching_up(tmp_path: Path) -> Iterator[tuple[Coordinator, Clock]]:
     """A stateful job whose warm-ups are ready at once but say they caught up with their
@@ -237,6 +256,7 @@ def catching_up(tmp_path: Path) -> Iterator[tuple[Coordinator, Clock]]:
         job_shape=JobShape(**{**base.__dict__, "stateful": True}),
         env={"STANDIN_CAUGHT_UP_GATE": str(tmp_path / "caught-up")},
         clock=clock,
+        catch_up_s=CATCH_UP_S,
     )
     try:
         with c.server.running_in_thread():
@@ -283,17 +303,13 @@ def test_old_owners_stop_once_their_warm_ups_have_caught_up_with_them(
         assert not alive(owners[owner])
 
 
-def test_old_owners_stop_a_lease_after_the_listing_if_a_warm_up_never_catches_up(
+def test_old_owners_stop_the_catch_up_time_after_the_listing_if_a_warm_up_never_catches_up(
     catching_up: tuple[Coordinator, Clock],
 ) -> None:
     coordinator, clock = catching_up
     owners = coordinator.running()
     listed = listed_as_stopping(coordinator, owners)
-    clock.now += TERMS.lease_s - 0.1
-    beats = coordinator.status()["counters"]["heartbeats_alive"]
-    wait_until(
-        "more ticks", lambda: coordinator.status()["counters"]["heartbeats_alive"] >= beats + 10
-    )
+    advance(coordinator, clock, CATCH_UP_S - 0.1)
     assert coordinator.running() == owners
     clock.now += 0.2
     wait_until("the warm-ups to own their tasks", lambda: model(coordinator)["warmups"] == [])
@@ -306,7 +322,7 @@ def test_catching_up_resumes_after_a_coordinator_restart(tmp_path: Path) -> None
     stateful = JobShape(**{**base.__dict__, "stateful": True})
     env = {"STANDIN_CAUGHT_UP_GATE": str(tmp_path / "caught-up")}
     clock = Clock()
-    first = Coordinator(tmp_path, job_shape=stateful, env=env, clock=clock)
+    first = Coordinator(tmp_path, job_shape=stateful, env=env, clock=clock, catch_up_s=CATCH_UP_S)
     try:
         with first.server.running_in_thread():
             wait_until("two containers", lambda: len(first.running()) == 2)
@@ -315,18 +331,15 @@ def test_catching_up_resumes_after_a_coordinator_restart(tmp_path: Path) -> None
             listed = listed_as_stopping(first, owners)
             crash(first)
         # The coordinator comes back while the warm-ups catch up: the old owners are still
-        # listed and still run; the phase goes on, its lease counted from the restart.
+        # listed and still run; the phase goes on, its time counted from the restart.
         port = int(first.url.rsplit(":", 1)[1])
-        second = Coordinator(tmp_path, port=port, job_shape=stateful, env=env, clock=clock)
+        second = Coordinator(
+            tmp_path, port=port, job_shape=stateful, env=env, clock=clock, catch_up_s=CATCH_UP_S
+        )
         with second.server.running_in_thread():
             assert model(second)["stopping"] == listed["stopping"]
             assert second.status()["move"]["phase"] == "catching up with the old owners"
-            clock.now += TERMS.lease_s - 0.1
-            beats = second.status()["counters"].get("heartbeats_alive", 0)
-            wait_until(
-                "more ticks",
-                lambda: second.status()["counters"].get("heartbeats_alive", 0) >= beats + 10,
-            )
+            advance(second, clock, CATCH_UP_S - 0.1)
             assert second.running() == owners
             (tmp_path / "caught-up").touch()
             wait_until(
