@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog
 from spark_elastic.log.source import register_log_source
+from spark_elastic.runtime.supervisor import LocalLauncher
 
 pytestmark = pytest.mark.slow
 
@@ -78,13 +79,14 @@ class RunningJob:
     root: Path
     process: subprocess.Popen[str]
     url: str = ""
-    pids: set[int] = field(default_factory=set)
+    pids: dict[int, str] = field(default_factory=dict)
+    """PID -> container id of every container the status page has shown."""
 
     def status(self) -> dict[str, Any]:
         document: dict[str, Any] = get_json(f"{self.url}/status.json")
         for container in document.get("containers", []):
             if container.get("pid"):
-                self.pids.add(int(container["pid"]))
+                self.pids[int(container["pid"])] = container["containerId"]
         return document
 
     def job_model(self) -> dict[str, Any]:
@@ -110,9 +112,12 @@ class RunningJob:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # A container that exited long ago may have left its PID to another process (the
+        # test session's own JVM, once): the launcher signals a PID, and its process group,
+        # only while /proc says they are still that container's.
+        launcher = LocalLauncher(self.root / "cleanup")
+        for pid, container_id in self.pids.items():
+            launcher.kill(pid, container_id, signal.SIGKILL)
 
 
 def output_rows(out: Path) -> set[tuple[str, int, int, int]]:
