@@ -29,10 +29,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (*_TEST_DIRS, os.environ.get("PYTHONPATH", "")) if p
 )
 
-# The test session's JVM runs short Spark jobs: the C1 compiler alone compiles less and
-# gets them going sooner (about 12% off a file of Spark specs here). Containers that the
-# tests launch keep the full JIT: measured, C1 made their long-running queries ~15% slower.
-TEST_JAVA_OPTIONS = "-Xss16m -XX:TieredStopAtLevel=1"
+from jvm import TEST_JAVA_OPTIONS  # noqa: E402 - from tests/, on the path from here on
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

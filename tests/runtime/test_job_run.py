@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from cli_runner import run_cli
+from jvm import CONTAINER_CONF
 from pyspark.sql import SparkSession
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog
@@ -175,6 +176,7 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             # heartbeats (Samza's retries; two leases at least): the spec's coordinator
             # restart may outlast two 6 s leases on a loaded machine.
             *("--heartbeat-retries", "120"),
+            *CONTAINER_CONF,
             *extra,
         ]
         log_file = (clicks / f"coordinator-{len(started)}.log").open("w")

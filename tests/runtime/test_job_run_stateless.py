@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from jvm import CONTAINER_CONF
 from pyspark.sql import SparkSession
 from spark_cluster import standalone_cluster
 from test_job_run import RECORDS, RunningJob, produce, wait_until
@@ -84,6 +85,7 @@ def run_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             str(containers),
             "--port",
             "0",
+            *CONTAINER_CONF,
             *extra,
         ]
         with (clicks / "coordinator.log").open("w") as log_file:
