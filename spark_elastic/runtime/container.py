@@ -897,11 +897,13 @@ class _Replayer:
         self.query: StreamingQuery | None = None
         # Set once caught up with stopping owners: the gate stays where it is from then on.
         self.frozen = False
-        # The gate as last written and as it was when the query started, and whether a
-        # batch of the query read records (its state stores are then open on the executors).
+        # The gate as last written, before its last rise, and when the query started; when
+        # it last rose (monotonic); and the query's batches that read records.
         self.gate_offsets: dict[str, dict[str, int]] = {}
+        self.previous_gate: dict[str, dict[str, int]] = {}
         self.start_gate: dict[str, dict[str, int]] | None = None
-        self.applied = False
+        self.raised_at = time.monotonic()
+        self.batches_read: set[int] = set()
 
     def _plan_at(self, model: JobModel) -> Any:
         return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
@@ -945,9 +947,12 @@ class _Replayer:
         if merged == self.fences:
             return
         write_fences(self.warm.checkpoint, merged)
-        self.gate_offsets = gate_for(merged, self.plan, self.warm.tasks)
-        write_gate(self.gate, self.gate_offsets)
+        gate = gate_for(merged, self.plan, self.warm.tasks)
+        write_gate(self.gate, gate)
         self.fences = merged
+        if gate != self.gate_offsets:
+            self.previous_gate, self.gate_offsets = self.gate_offsets, gate
+            self.raised_at = time.monotonic()
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
@@ -965,51 +970,77 @@ class _Replayer:
         if not self.frozen:
             self.follow(model)
 
+    WARM_BATCHES = 2
+    """Batches that read records a warm-up runs before its query may own its tasks: the
+    first ones after its snapshot are slow (measured with 500,000 keys: 38-59 s for the
+    one that loads it, 10-20 s for the next, then 3 s), and should not be a new owner's."""
+
+    IDLE_S = 3.0
+    """Owners that committed nothing for this long have no records flowing: a warm-up
+    that has applied everything they committed need not wait for more batches."""
+
     def caught_up(self, model: JobModel, container_id: str) -> bool:
         """Whether the warm-up is ready for its old owners to stop (the handover's first phase).
 
-        Once the owners are listed as stopping, the warm-up goes on following
-        them until its query has applied everything they had committed when
-        it last looked, and has run a batch that read records (its state
-        stores are open: its first batch as owner does not load them). The
-        gate then stays put: the owners' last batches, and what comes after
-        them, are the query's next batch, once it owns the tasks. A query with
-        nothing to apply since it started (the owners committed nothing new)
-        is caught up as it is.
+        Once the owners are listed as stopping, the warm-up follows them
+        until its query is within one of their commits (it has applied what
+        the gate held before its last rise) and has run :attr:`WARM_BATCHES`
+        batches that read records (its state stores are open and past their
+        slow first batches). The gate then stays put, and the warm-up has
+        caught up once its query has applied what is below it: the owners'
+        later batches, and what comes after them, are its next batch, once
+        it owns the tasks. Requiring the query to reach a gate that keeps
+        rising would rarely succeed while records flow: the owners commit
+        about as often as the warm-up does. With no records flowing (the
+        gate has not risen since the query started, or for :attr:`IDLE_S`
+        and the query has applied all of it) it is caught up as it is.
         """
         warm = model.warmup(container_id)
         if warm is None or not holders_stopping(model, warm.tasks):
             return False
-        raised = self.gate_offsets != self.start_gate
-        if not self.frozen and self.lag() == 0 and (self.read_records() or not raised):
+        if not self.frozen and self._may_hold_the_gate():
             self.frozen = True
-            _log("caught up with the stopping owners: the gate stays where it is")
-        return self.frozen
+            _log(f"within a commit of the stopping owners: the gate stays ({self.lag()} to go)")
+        return self.frozen and self.lag() == 0
 
-    def read_records(self) -> bool:
-        """Whether a batch of the query has read records (driver; looks at recent progress)."""
-        if not self.applied and self.query is not None:
-            self.applied = any(
-                _progress_json(p).get("numInputRows", 0) > 0 for p in self.query.recentProgress
-            )
-        return self.applied
+    def _may_hold_the_gate(self) -> bool:
+        raised = self.gate_offsets != self.start_gate
+        if not raised:
+            return self.lag() == 0
+        idle = time.monotonic() - self.raised_at >= self.IDLE_S
+        if idle and self.lag() == 0:
+            return True
+        return self.lag(self.previous_gate) == 0 and self.read_batches() >= self.WARM_BATCHES
+
+    def read_batches(self) -> int:
+        """How many batches of the query read records (driver; from its recent progress)."""
+        if self.query is not None:
+            for progress in map(_progress_json, self.query.recentProgress):
+                if progress.get("numInputRows", 0) > 0:
+                    self.batches_read.add(int(progress["batchId"]))
+        return len(self.batches_read)
 
     def failed(self) -> bool:
         """Whether the query ended (it should run until the container stops)."""
         return self.query is not None and not self.query.isActive
 
-    def lag(self) -> int | None:
-        """Records up to the gate the query has yet to commit; None before its first batch."""
+    def lag(self, gate: Mapping[str, Mapping[str, int]] | None = None) -> int | None:
+        """Records up to the gate (or ``gate``) the query has yet to commit; None before its
+        first progress."""
         if self.query is None:
             return None
         progress = _progress_json(self.query.lastProgress)
         if not progress:
             return None
         committed = _offsets_of(progress)
-        gate = read_gate(self.gate) or {}
+        limits = (
+            read_gate(self.gate) or {}
+            if gate is None
+            else {(t, int(p)): o for t, parts in gate.items() for p, o in parts.items()}
+        )
         return sum(
             max(offset - committed.get(topic, {}).get(partition, 0), 0)
-            for (topic, partition), offset in gate.items()
+            for (topic, partition), offset in limits.items()
         )
 
     def take_over(self, mine: ContainerModel, model: JobModel) -> StreamingQuery:
