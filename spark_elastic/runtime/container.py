@@ -316,7 +316,9 @@ class CoordinatorClient:
         with urllib.request.urlopen(request, timeout=self._timeout) as response:
             return json.loads(response.read())
 
-    def heartbeat(self, container_id: str, caught_up: bool = False) -> HeartbeatReply:
+    def heartbeat(
+        self, container_id: str, caught_up: bool = False, stopped: bool = False
+    ) -> HeartbeatReply:
         """``GET /containerHeartbeat?executionContainerId=ID``.
 
         Parameters
@@ -326,6 +328,10 @@ class CoordinatorClient:
         caught_up
             A warm-up whose old owners are stopping says it has caught up
             with them (``&caughtUp=true``).
+        stopped
+            A container asked to stop says its query has stopped: it writes
+            nothing any more, though its process is still on its way out
+            (``&stopped=true``).
 
         Returns
         -------
@@ -335,6 +341,8 @@ class CoordinatorClient:
         params = {"executionContainerId": container_id}
         if caught_up:
             params["caughtUp"] = "true"
+        if stopped:
+            params["stopped"] = "true"
         query = urllib.parse.urlencode(params)
         return HeartbeatReply.from_json(self._call(f"/containerHeartbeat?{query}"))
 
@@ -1242,6 +1250,11 @@ def run_container(settings: ContainerSettings) -> int:
         _finish_batch(query, settings.shutdown_s, dead)
     beats.stopping.set()
     _stop_within(query, settings.shutdown_s)
+    if stop.is_set() and not dead.is_set():
+        # Its successor may start now rather than once this process (a JVM on its way
+        # out) has exited: the query has stopped, so nothing more is written.
+        with contextlib.suppress(OSError, ValueError, ProtocolError):
+            client.heartbeat(settings.container_id, stopped=True)
     return code
 
 

@@ -349,7 +349,12 @@ class CoordinatorServer:
         caught_up = request.query.getall("caughtUp", [])
         if caught_up not in ([], ["true"]):
             raise ProtocolError(f"caughtUp: expected true or nothing, found {caught_up!r}")
-        reply = self.supervisor.heartbeat(validate_container_id(values[0]), bool(caught_up))
+        stopped = request.query.getall("stopped", [])
+        if stopped not in ([], ["true"]):
+            raise ProtocolError(f"stopped: expected true or nothing, found {stopped!r}")
+        reply = self.supervisor.heartbeat(
+            validate_container_id(values[0]), bool(caught_up), bool(stopped)
+        )
         self.metrics.heartbeats.labels(str(reply.alive).lower()).inc()
         if not reply.alive:
             self.metrics.expired_heartbeats.inc()

@@ -565,6 +565,9 @@ class Supervisor:
         # Retired containers finishing their batch in flight: id -> until when (clock) their
         # heartbeats still renew their lease.
         self._finishing: dict[str, float] = {}
+        # Retired containers whose query has stopped (they said so): they write nothing any
+        # more, though their processes are still on their way out.
+        self._stopped: set[str] = set()
         # The handover's first phase: warm-ups that said they caught up with their stopping
         # old owners, and when (clock) the phase began (None: no group in it).
         self._caught_up: set[str] = set()
@@ -706,8 +709,12 @@ class Supervisor:
 
     def _waits(self, record: ContainerRecord) -> bool:
         """Whether a predecessor retired by a handover may still write."""
+        return any(self._records[old].checkpoint in record.sources for old in self._may_write())
+
+    def _may_write(self) -> list[str]:
+        """Retired containers that may still write: not gone, nor said their query stopped."""
         self._reap_retired()
-        return any(self._records[old].checkpoint in record.sources for old in self._retired)
+        return [old for old in self._retired if old not in self._stopped]
 
     def _reap_retired(self) -> None:
         """Forget retired containers that stopped; kill those whose lease and margin ran
@@ -723,6 +730,7 @@ class Supervisor:
                 self.launcher.kill(old.pid or 0, old_id, signal.SIGKILL)
                 del self._retired[old_id]
                 self._finishing.pop(old_id, None)
+                self._stopped.discard(old_id)
 
     def _launch(self, record: ContainerRecord) -> None:
         env = {
@@ -766,7 +774,9 @@ class Supervisor:
         self._count("heartbeats_alive")
         return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
 
-    def heartbeat(self, container_id: str, caught_up: bool = False) -> HeartbeatReply:
+    def heartbeat(
+        self, container_id: str, caught_up: bool = False, stopped: bool = False
+    ) -> HeartbeatReply:
         """Answer SAMZA-871's heartbeat; renew the lease of a live container.
 
         Parameters
@@ -777,6 +787,10 @@ class Supervisor:
             A warm-up says it has applied everything its stopping old owners
             committed (``caughtUp=true``): its query waits at its gate, so
             its first batch as owner will publish.
+        stopped
+            A retired container says its query has stopped (``stopped=true``):
+            it writes nothing any more, so its successors need not wait for
+            its process to exit.
 
         Returns
         -------
@@ -787,6 +801,8 @@ class Supervisor:
         reply = self._reply(container_id)
         if reply.alive and caught_up and self.model.warmup(container_id) is not None:
             self._caught_up.add(container_id)
+        if reply.alive and stopped and container_id in self._retired:
+            self._stopped.add(container_id)
         return reply
 
     def register(self, registration: Registration) -> HeartbeatReply:
@@ -1233,8 +1249,9 @@ class Supervisor:
         coordinator resumes where the last one was: warm-ups starting (wait);
         the assignor lets the group's old owners shut down (every piece of
         state they hold has a ready warm-up: stop them; they finish their
-        batch and exit); old owners stopped or their leases out (the warm-ups own the
-        tasks, from the old owners' committed checkpoints). A group in its
+        batch and exit); old owners stopped (their queries, as they say, or their
+        processes) or their leases out (the warm-ups own the tasks, from the
+        old owners' committed checkpoints). A group in its
         last phase goes first; no other group starts moving meanwhile, nor
         until the new owners of the groups before it have reported progress
         (their queries run), so the job as a whole never stops at once.
@@ -1250,8 +1267,8 @@ class Supervisor:
             if any(self._records[o.container_id].state != "retired" for o in owners):
                 self._stop_owners(warmups, owners)  # a restart between the two transactions
                 return
-            self._reap_retired()
-            if not any(o.container_id in self._retired for o in owners):
+            writing = self._may_write()
+            if not any(o.container_id in writing for o in owners):
                 self._hand_to(warmups, owners)
             return
         ready = next((g for g in groups if self._owners_may_shut_down(*g)), None)

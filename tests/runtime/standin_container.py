@@ -7,7 +7,9 @@ does not stop when told, as a hung container would not. A warm-up (in the job
 model's ``warmups``) registers, i.e. says it is ready, only once the file
 STANDIN_WARM_GATE names exists (at once when unset); its heartbeats then say
 it has caught up with its old owners once the file STANDIN_CAUGHT_UP_GATE
-names exists (at once when unset).
+names exists (at once when unset). With STANDIN_LINGER_S set, SIGTERM makes it say
+its query stopped (``stopped=true``) and linger that long before it exits, as a
+container's JVM on its way out does.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ def main() -> int:
         except OSError:
             pass
         time.sleep(settings.heartbeat_s)
+    linger = float(os.environ.get("STANDIN_LINGER_S", "0"))
+    if linger:
+        client.heartbeat(settings.container_id, stopped=True)
+        time.sleep(linger)
     return 0
 
 

@@ -226,6 +226,35 @@ def test_a_stateful_job_moves_tasks_only_once_their_new_owners_are_warm(
         assert not alive(owners[c["containerId"]])
 
 
+def test_old_owners_whose_queries_stopped_hand_over_before_their_processes_exit(
+    tmp_path: Path,
+) -> None:
+    base = shape(tmp_path)
+    # Each old owner says its query stopped, then takes a minute to exit (a JVM on its
+    # way out, slowed down): its successor need not wait for that.
+    c = Coordinator(
+        tmp_path,
+        job_shape=JobShape(**{**base.__dict__, "stateful": True}),
+        env={"STANDIN_LINGER_S": "60"},
+    )
+    try:
+        with c.server.running_in_thread():
+            wait_until("two containers", lambda: len(c.running()) == 2)
+            started(c)
+            two, owners = model(c), c.running()
+            assert call(f"{c.url}/scale", {"containers": 3})[0] == 200
+            three = wait_until(
+                "the warm-ups to own their tasks",
+                lambda: (m := model(c))["warmups"] == [] and len(m["containers"]) == 3 and m,
+            )
+            leaving = [o["containerId"] for o in two["containers"] if o not in three["containers"]]
+            assert leaving
+            assert all(alive(owners[o]) for o in leaving)  # still on their way out
+            check_moves(two, three, 3)
+    finally:
+        c.kill_all()
+
+
 CATCH_UP_S = 5.0
 """How long these specs' old owners wait for their warm-ups: longer than a lease (2 s)."""
 
