@@ -178,6 +178,16 @@ def test_a_missing_or_malformed_container_id_is_400(coordinator: Coordinator, qu
     assert "executionContainerId" in reply["error"]
 
 
+@pytest.mark.parametrize("flag", ["caughtUp", "stopped"])
+def test_a_heartbeat_flag_other_than_true_is_400_naming_it(
+    coordinator: Coordinator, flag: str
+) -> None:
+    status, reply = call(
+        f"{coordinator.url}/containerHeartbeat?executionContainerId=clicks-c1&{flag}=yes"
+    )
+    assert (status, reply["error"]) == (400, f"{flag}: expected true or nothing, found ['yes']")
+
+
 def test_malformed_and_oversized_bodies_are_refused_in_one_line(coordinator: Coordinator) -> None:
     status, reply = call(f"{coordinator.url}/containers/register", raw=b"{not json")
     assert (status, reply["error"]) == (400, "/containers/register: the body is not JSON")
