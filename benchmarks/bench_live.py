@@ -109,6 +109,7 @@ class RunningJob:
             sys.executable,
             *("-m", "spark_elastic", "job", "run", JOB, "--containers", "2", "--port", "0"),
             *MODES[mode],
+            *(arg for setting in CONF for arg in ("--conf", setting)),
         ]
         self.log_file = (root / "coordinator.log").open("w")
         self.process = subprocess.Popen(
@@ -223,6 +224,9 @@ def change(job: RunningJob, *option: str) -> tuple[list[dict[str, Any]], float, 
     return result, done - asked, job_gap(job, asked, done)
 
 
+CONF: list[str] = []
+"""``--conf KEY=VALUE``: Spark settings for every container (``job run --conf``)."""
+
 KEEP: Path | None = None
 """``--keep DIR``: each case's files (logs, checkpoints, the coordinator's store) stay there."""
 
@@ -285,9 +289,13 @@ def main() -> None:
         "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
     )
     parser.add_argument("--keep", type=Path, help="keep each case's files under this directory")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a containers' setting"
+    )
     args = parser.parse_args()
     global KEEP
     KEEP = args.keep
+    CONF.extend(args.conf)
     keys = [int(k) for k in args.keys.split(",")]
     sections = set(args.sections.split(","))
     modes = [m for m in args.modes.split(",") if m]

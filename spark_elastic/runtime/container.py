@@ -87,6 +87,7 @@ from spark_elastic.runtime.follow import (
     gate_for,
     highest,
     holder_checkpoints,
+    holders_idle,
     holders_stopping,
     source_fences,
     take_snapshot,
@@ -905,12 +906,11 @@ class _Replayer:
         self.query: StreamingQuery | None = None
         # Set once caught up with stopping owners: the gate stays where it is from then on.
         self.frozen = False
-        # The gate as last written, before its last rise, and when the query started; when
-        # it last rose (monotonic); and the query's batches that read records.
+        # The gate as last written, before its last rise, and when the query started; and
+        # the query's batches that read records.
         self.gate_offsets: dict[str, dict[str, int]] = {}
         self.previous_gate: dict[str, dict[str, int]] = {}
         self.start_gate: dict[str, dict[str, int]] | None = None
-        self.raised_at = time.monotonic()
         self.batches_read: set[int] = set()
 
     def _plan_at(self, model: JobModel) -> Any:
@@ -960,7 +960,6 @@ class _Replayer:
         self.fences = merged
         if gate != self.gate_offsets:
             self.previous_gate, self.gate_offsets = self.gate_offsets, gate
-            self.raised_at = time.monotonic()
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
@@ -984,8 +983,9 @@ class _Replayer:
     one that loads it, 10-20 s for the next, then 3 s), and should not be a new owner's."""
 
     IDLE_S = 3.0
-    """Owners that committed nothing for this long have no records flowing: a warm-up
-    that has applied everything they committed need not wait for more batches."""
+    """Owners that committed nothing for this long, and for twice as long as between
+    their last two commits, have no records flowing (:func:`.follow.holders_idle`): a
+    warm-up that has applied everything they committed need not wait for more batches."""
 
     def caught_up(self, model: JobModel, container_id: str) -> bool:
         """Whether the warm-up is ready for its old owners to stop (the handover's first phase).
@@ -1000,25 +1000,24 @@ class _Replayer:
         it owns the tasks. Requiring the query to reach a gate that keeps
         rising would rarely succeed while records flow: the owners commit
         about as often as the warm-up does. With no records flowing (the
-        gate has not risen since the query started, or for :attr:`IDLE_S`
-        and the query has applied all of it) it is caught up as it is.
+        owners committed nothing for :attr:`IDLE_S` and twice the interval
+        between their last two commits) a query that has applied all they
+        committed is caught up as it is.
         """
         warm = model.warmup(container_id)
         if warm is None or not holders_stopping(model, warm.tasks):
             return False
-        if not self.frozen and self._may_hold_the_gate():
+        if not self.frozen and self._may_hold_the_gate(model):
             self.frozen = True
             _log(f"within a commit of the stopping owners: the gate stays ({self.lag()} to go)")
         return self.frozen and self.lag() == 0
 
-    def _may_hold_the_gate(self) -> bool:
-        raised = self.gate_offsets != self.start_gate
-        if not raised:
-            return self.lag() == 0
-        idle = time.monotonic() - self.raised_at >= self.IDLE_S
-        if idle and self.lag() == 0:
+    def _may_hold_the_gate(self, model: JobModel) -> bool:
+        if self.lag() == 0 and holders_idle(model, self.warm.tasks, time.time(), self.IDLE_S):
             return True
-        return self.lag(self.previous_gate) == 0 and self.read_batches() >= self.WARM_BATCHES
+        raised = self.gate_offsets != self.start_gate
+        behind = self.lag(self.previous_gate if raised else self.gate_offsets)
+        return behind == 0 and self.read_batches() >= self.WARM_BATCHES
 
     def read_batches(self) -> int:
         """How many batches of the query read records (driver; from its recent progress)."""

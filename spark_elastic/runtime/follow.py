@@ -67,6 +67,7 @@ __all__ = [
     "gate_for",
     "highest",
     "holder_checkpoints",
+    "holders_idle",
     "snapshot_dir",
     "source_fences",
     "take_snapshot",
@@ -113,6 +114,24 @@ def holder_checkpoints(model: JobModel, tasks: Sequence[str]) -> list[str]:
 def holders_stopping(model: JobModel, tasks: Sequence[str]) -> bool:
     """Whether a container that holds keys of ``tasks`` is stopping for a handover."""
     return bool(Holders(model.containers).of(tasks) & set(model.stopping))
+
+
+def holders_idle(model: JobModel, tasks: Sequence[str], now: float, floor_s: float) -> bool:
+    """Whether the holders of ``tasks`` have committed nothing for a while (no records flow).
+
+    Each holder's last commit is longer ago than ``floor_s`` and than twice
+    the interval between its last two commits (by the commit files' times,
+    ``now`` on the same clock: :func:`time.time`).
+    """
+    for checkpoint in holder_checkpoints(model, tasks):
+        commits = Path(checkpoint) / "commits"
+        with contextlib.suppress(OSError):
+            last = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())[-2:]
+            times = [(commits / str(n)).stat().st_mtime for n in last]
+            interval = times[-1] - times[0] if len(times) == 2 else 0.0
+            if times and now - times[-1] < max(floor_s, 2 * interval):
+                return False
+    return True
 
 
 def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> list[Fence]:

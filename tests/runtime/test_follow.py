@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,7 +23,13 @@ from spark_elastic.runtime.container import (
     _rehearse,
     _Replayer,
 )
-from spark_elastic.runtime.follow import follow, holder_batches, snapshot_dir, take_snapshot
+from spark_elastic.runtime.follow import (
+    follow,
+    holder_batches,
+    holders_idle,
+    snapshot_dir,
+    take_snapshot,
+)
 from spark_elastic.runtime.generations import last_committed_batch
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
@@ -288,3 +295,31 @@ def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publi
     for key, records in wanted.items():
         assert sorted(n for k, n in published if k == key) == list(range(1, records + 1)), key
     assert {r["key"] for r in spark.read.parquet(str(tmp_path / "out")).collect()} <= set(wanted)
+
+
+def commits_at(checkpoint: Path, *times: float) -> None:
+    """Commit files 0, 1, ... of ``checkpoint`` written at ``times``."""
+    (checkpoint / "commits").mkdir(parents=True)
+    for batch, at in enumerate(times):
+        (checkpoint / "commits" / str(batch)).write_text("v1\n{}")
+        os.utime(checkpoint / "commits" / str(batch), (at, at))
+
+
+@pytest.mark.parametrize(
+    ("commits", "idle"),
+    [
+        ((-12.0, -10.0), True),  # 10 s since the last, commits 2 s apart: no records flow
+        ((-3.0, -1.0), False),  # committed a second ago
+        ((-40.0, -20.0), False),  # 20 s ago, but its commits came 20 s apart
+        ((-50.0, -45.0), True),  # 45 s ago, its commits 5 s apart
+        ((-5.0,), True),  # one commit, 5 s ago
+    ],
+)
+def test_holders_are_idle_when_their_last_commit_is_long_ago_for_their_pace(
+    tmp_path: Path, commits: tuple[float, ...], idle: bool
+) -> None:
+    old = tmp_path / "gen-1"
+    now = time.time()
+    commits_at(old, *(now + t for t in commits))
+    model = model_with_warmup(old, tmp_path / "gen-2")
+    assert holders_idle(model, WANTED, now, floor_s=3.0) is idle
