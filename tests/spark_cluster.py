@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
+from jvm import CONTAINER_JAVA_OPTIONS
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -45,6 +46,8 @@ def standalone_cluster(workdir: Path, workers: int = 2, cores: int = 1) -> Itera
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "SPARK_LOG_DIR": str(workdir / "logs"),
+        # The master and worker daemons start, serve a spec and stop (see tests/jvm.py).
+        "SPARK_DAEMON_JAVA_OPTS": CONTAINER_JAVA_OPTIONS,
     }
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     processes: list[subprocess.Popen[bytes]] = []

@@ -251,6 +251,7 @@ def test_old_owners_whose_queries_stopped_hand_over_before_their_processes_exit(
             assert leaving
             assert all(alive(owners[o]) for o in leaving)  # still on their way out
             check_moves(two, three, 3)
+            c.kill_all()  # the coordinator's stop would wait for them
     finally:
         c.kill_all()
 
