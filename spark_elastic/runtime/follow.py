@@ -158,10 +158,16 @@ def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> 
     """
     fences: list[Fence] = []
     for source in sources:
-        fences.extend(read_fences(fences_path(source)))
+        own = read_fences(fences_path(source))
         spec, batch = read_job(source), last_batch(source)
         if spec is None or batch is None or (not batch.committed and batch.batch_id == 0):
+            fences.extend(own)
             continue
+        # Its own fences only while it has not read past them: once passed, they would
+        # hold a warm-up's gate (the lowest fence of a bucket's keys) where it was then.
+        fences.extend(
+            (key, offset) for key, offset in own if offset > batch.committed_offset(*key[:2])
+        )
         plan = plan_at(spec.elasticity_factor)
         ids = {name: i for i, name in enumerate(plan.task_names())}
         for name in plan.task_names() if spec.tasks is None else spec.tasks:

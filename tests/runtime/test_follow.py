@@ -17,6 +17,7 @@ from test_generations import Count, counts, produce
 
 from spark_elastic import EmbeddedLog, Job, LogInput, ParquetSink, rescale
 from spark_elastic.dataplane.buckets import bucket_of_key
+from spark_elastic.model.groupers import Grouper
 from spark_elastic.runtime.container import (
     ContainerSettings,
     _offsets_of,
@@ -28,13 +29,20 @@ from spark_elastic.runtime.follow import (
     holder_batches,
     holders_idle,
     snapshot_dir,
+    source_fences,
     take_snapshot,
 )
 from spark_elastic.runtime.generations import last_committed_batch
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
-from spark_elastic.state.checkpoint_dir import seed_dir
+from spark_elastic.state.checkpoint_dir import (
+    JobSpec,
+    StreamInput,
+    seed_dir,
+    write_fences,
+    write_job,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -323,3 +331,43 @@ def test_holders_are_idle_when_their_last_commit_is_long_ago_for_their_pace(
     commits_at(old, *(now + t for t in commits))
     model = model_with_warmup(old, tmp_path / "gen-2")
     assert holders_idle(model, WANTED, now, floor_s=3.0) is idle
+
+
+def committed_at(checkpoint: Path, factor: int, offsets: dict[int, int]) -> None:
+    """A checkpoint of the click job at ``factor`` whose batch 0 committed ``offsets``."""
+    write_job(
+        checkpoint,
+        JobSpec(
+            "forks",
+            (StreamInput("kafka", "clicks", 2),),
+            Grouper.PARTITION,
+            factor,
+            "spark",
+            "kafka",
+            "n long",
+        ),
+    )
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "offsets" / "0").write_text(
+        'v1\n{"conf": {}}\n' + json.dumps({"clicks": {str(p): o for p, o in offsets.items()}})
+    )
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "commits" / "0").write_text("v1\n{}")
+
+
+def test_an_owner_s_own_fences_count_only_until_it_has_read_past_them(tmp_path: Path) -> None:
+    # A new owner at factor 4 that replayed its keys once: its fences (factor 2) say
+    # where its old owner had published up to. It has read past them in partition 0 only.
+    owner = tmp_path / "gen-2"
+    committed_at(owner, 4, {0: 50, 1: 20})
+    write_fences(owner, [(("clicks", 0, 1, 2), 40), (("clicks", 1, 1, 2), 30)])
+    fences = source_fences(
+        [str(owner)], lambda f: grown_plan("partition", f, {"clicks": 2}, {"clicks": 2})
+    )
+    assert (("clicks", 0, 1, 2), 40) not in fences  # passed: it would pin a gate at 40
+    assert (("clicks", 1, 1, 2), 30) in fences  # not yet passed: its keys published to 30
+    # Its own commits fence every bucket of its tasks.
+    assert {key for key, offset in fences if key[3] == 4} == {
+        ("clicks", p, b, 4) for p in (0, 1) for b in range(4)
+    }
+    assert all(offset == (50 if key[1] == 0 else 20) for key, offset in fences if key[3] == 4)
