@@ -422,10 +422,16 @@ class LocalLauncher:
         return process.pid
 
     def alive(self, pid: int, container_id: str) -> bool:
-        """Whether ``pid`` is still that container's process (zombies count as dead)."""
+        """Whether ``pid`` is still that container's process (zombies count as dead).
+
+        A process this launcher started is its child: its PID cannot be reused
+        before it is reaped, so its exit status says it all. /proc would not:
+        between fork and exec it shows the launcher's own environment, and a
+        container just launched looked as if it had exited.
+        """
         child = self._children.get(pid)
-        if child is not None and child.poll() is not None:
-            return False
+        if child is not None and self.launched.get(pid) == container_id:
+            return child.poll() is None
         return _of_container(pid, container_id) is not None
 
     def terminate(self, pid: int, container_id: str) -> None:

@@ -121,6 +121,24 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
         c.kill_all()
 
 
+def test_a_launched_container_counts_as_alive_from_its_launch(tmp_path: Path) -> None:
+    # Between fork and exec, /proc shows the launcher's own environment: judged by it, a
+    # container just launched looked as if it had exited (4 of 30 launches here), and the
+    # coordinator failed it over before it could register.
+    launcher = LocalLauncher(tmp_path, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for i in range(30):
+            pid = launcher.launch(f"c{i}", {"EXECUTION_ENV_CONTAINER_ID": f"c{i}"})
+            assert launcher.alive(pid, f"c{i}")
+    finally:
+        for pid, container_id in list(launcher.launched.items()):
+            launcher.kill(pid, container_id, signal.SIGKILL)
+    wait_until(
+        "every one gone",
+        lambda: not any(launcher.alive(p, c) for p, c in launcher.launched.items()),
+    )
+
+
 def test_initial_assignment_keeps_each_partitions_tasks_together() -> None:
     chunks = initial_assignment(TASKS, 3)
     assert [len(c) for c in chunks] == [4, 4, 4]
