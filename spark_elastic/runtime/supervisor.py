@@ -1315,8 +1315,10 @@ class Supervisor:
 
         The job model first lists the old owners under ``stopping`` (they
         keep running). A replaying warm-up then follows them until its query
-        has applied what they had committed, stops raising its gate there,
-        and says it has caught up; the owners stop once every warm-up of the
+        is within one of their commits and past its slow first batches
+        (``_Replayer.caught_up`` in the container), stops raising its gate,
+        applies what is below it and says it has caught up; the owners stop
+        once every warm-up of the
         group has said so, or ``catch_up_s`` after the listing. So the
         warm-ups' queries wait at their gates when the owners' last batch
         commits: their first batch as owners publishes.
