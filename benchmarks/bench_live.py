@@ -2,12 +2,12 @@
 
 Real processes on the embedded log: ``spark-elastic job run`` (a coordinator
 launching containers, each its own Spark application) runs the click-count
-job of ``examples/jobs/click_counts.py`` over 2 partitions at factor 4. Once
+job of ``examples/jobs/click_counts.py`` over 2 partitions. Once
 its keyed state holds the given number of keys, a producer keeps about
 200 records a second arriving, and the job is changed while it runs:
 
 ``stall``
-    ``job scale --containers 3`` (2 -> 3): every task moves. A moved task's
+    At factor 4, ``job scale --containers 3`` (2 -> 3): every task moves. A moved task's
     stall is the time from its old owner's last committed batch to its new
     owner's first published batch with output rows, for each way a move
     can go: warm-ups that replay (the default: the new owner's query runs on
@@ -19,9 +19,10 @@ its keyed state holds the given number of keys, a producer keeps about
     stopped), which is what stopping and restarting on a rescaled
     checkpoint costs a user.
 ``factor``
-    ``job scale --elasticity-factor 8`` then ``4`` (a live split, then a
-    merge): each group's zero-output time as above, and the longest time
-    the *whole job* published nothing.
+    At factor 2, ``job scale --elasticity-factor 4`` then ``2`` (a live
+    split, then a merge; ``--factors 4,8`` for another pair): each group's
+    zero-output time as above, and the longest time the *whole job*
+    published nothing.
 
 Run (about 40 minutes; nothing else should load the machine)::
 
@@ -98,11 +99,12 @@ class Trickle(threading.Thread):
 class RunningJob:
     """``spark-elastic job run`` in its own process, and what it launched."""
 
-    def __init__(self, root: Path, mode: str) -> None:
+    def __init__(self, root: Path, mode: str, factor: int) -> None:
         env = {
             **os.environ,
             "CLICKS_ROOT": str(root),
             "CLICKS_BATCH": str(BUILD_BATCH),
+            "CLICKS_FACTOR": str(factor),
             "PYSPARK_PYTHON": sys.executable,
         }
         command = [
@@ -168,14 +170,16 @@ def last_commit(checkpoint: str) -> float:
     return max(p.stat().st_mtime for p in commits)
 
 
-def build_state(root: Path, keys: int, mode: str) -> tuple[RunningJob, EmbeddedLog]:
+def build_state(
+    root: Path, keys: int, mode: str, factor: int = 4
+) -> tuple[RunningJob, EmbeddedLog]:
     log = EmbeddedLog(root / "log", fsync=False)
     log.create_topic("clicks", 2)
     with log.producer("clicks") as producer:
         for start in range(0, keys, 50_000):
             users = [f"user-{i}".encode() for i in range(start, min(start + 50_000, keys))]
             producer.send_many(users, [b"x"] * len(users))
-    job = RunningJob(root, mode)
+    job = RunningJob(root, mode, factor)
     started = time.monotonic()
     wait_until(f"{keys} keys of state built", job.caught_up)
     print(f"    built {keys} keys of state in {time.monotonic() - started:.0f} s", flush=True)
@@ -257,19 +261,19 @@ def stall_case(keys: int, mode: str) -> dict[str, Any]:
     return {"keys": keys, "mode": mode, "stalls": stalls, "took": took}
 
 
-def factor_case(keys: int, mode: str) -> list[dict[str, Any]]:
+def factor_case(keys: int, mode: str, low: int, high: int) -> list[dict[str, Any]]:
     rows = []
-    with case_dir(f"factor-{keys}-{mode}") as tmp:
-        job, log = build_state(Path(tmp), keys, mode)
+    with case_dir(f"factor-{keys}-{mode}-{low}-{high}") as tmp:
+        job, log = build_state(Path(tmp), keys, mode, low)
         trickle = Trickle(log, keys)
         trickle.start()
         try:
             time.sleep(5)
-            for factor in ("8", "4"):
-                result, took, gap = change(job, "--elasticity-factor", factor)
+            for before, factor in ((low, high), (high, low)):
+                result, took, gap = change(job, "--elasticity-factor", str(factor))
                 rows.append(
                     {
-                        "change": f"factor -> {factor}",
+                        "change": f"{'split' if factor > before else 'merge'} {before} -> {factor}",
                         "stalls": [m["stall"] for m in result],
                         "took": took,
                         "job_gap": gap,
@@ -288,6 +292,9 @@ def main() -> None:
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}"
     )
+    parser.add_argument(
+        "--factors", default="2,4", help="the factor section's LOW,HIGH: split to HIGH, merge back"
+    )
     parser.add_argument("--keep", type=Path, help="keep each case's files under this directory")
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a containers' setting"
@@ -302,9 +309,17 @@ def main() -> None:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"--modes: expected some of {', '.join(MODES)}, found {unknown[0]!r}")
-    print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions, factor 4", flush=True)
+    try:
+        low, high = (int(f) for f in args.factors.split(","))
+    except ValueError:
+        parser.error(f"--factors: expected LOW,HIGH (two integers), found {args.factors!r}")
+    if high <= low:
+        parser.error(f"--factors: expected LOW below HIGH, found {args.factors!r}")
+    print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions", flush=True)
     if "stall" in sections:
-        print("\nstall of a moved task, 2 -> 3 containers (every task moves):", flush=True)
+        print(
+            "\nstall of a moved task, factor 4, 2 -> 3 containers (every task moves):", flush=True
+        )
         for k in keys:
             for mode in modes:
                 row = stall_case(k, mode)
@@ -318,7 +333,7 @@ def main() -> None:
         k = max(keys)
         for mode in [m for m in modes if m != "cold"]:
             print(f"\nlive factor change with {k} keys (2 containers, {mode}):", flush=True)
-            for row in factor_case(k, mode):
+            for row in factor_case(k, mode, low, high):
                 stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
                 print(
                     f"  {row['change']:<12} zero output per group {stalls} s; whole job's longest "

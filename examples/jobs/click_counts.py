@@ -4,7 +4,8 @@ Reads the ``clicks`` topic of an embedded log, keeps one count per user in
 each virtual task's keyed state, and writes ``(user, count, partition,
 offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 (default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
-from ``CLICKS_BATCH`` (default 2000)::
+from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
+``CLICKS_FACTOR`` (default 4)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
     spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
@@ -54,7 +55,7 @@ job = Job(
         ("clicks",),
         max_records_per_batch=int(os.environ.get("CLICKS_BATCH", "2000")),
     ),
-    elasticity_factor=4,
+    elasticity_factor=int(os.environ.get("CLICKS_FACTOR", "4")),
     checkpoint_root=f"{ROOT}/checkpoints",
     sink=ParquetSink(f"{ROOT}/out"),
     processor=ClickCount(),
