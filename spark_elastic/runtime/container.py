@@ -62,6 +62,7 @@ Removed from the model meanwhile, a warm-up exits 0.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -75,6 +76,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +91,7 @@ from spark_elastic.runtime.follow import (
     holder_checkpoints,
     holders_idle,
     holders_stopping,
+    read_all_it_could,
     source_fences,
     take_snapshot,
 )
@@ -912,6 +915,10 @@ class _Replayer:
         self.previous_gate: dict[str, dict[str, int]] = {}
         self.start_gate: dict[str, dict[str, int]] | None = None
         self.batches_read: set[int] = set()
+        # Each gate written, with the time after its write: what a batch could read.
+        self.gates: collections.deque[tuple[float, dict[str, dict[str, int]]]] = collections.deque(
+            maxlen=1024
+        )
 
     def _plan_at(self, model: JobModel) -> Any:
         return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
@@ -960,6 +967,7 @@ class _Replayer:
         self.fences = merged
         if gate != self.gate_offsets:
             self.previous_gate, self.gate_offsets = self.gate_offsets, gate
+            self.gates.append((time.time(), gate))
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
@@ -991,18 +999,21 @@ class _Replayer:
         """Whether the warm-up is ready for its old owners to stop (the handover's first phase).
 
         Once the owners are listed as stopping, the warm-up follows them
-        until its query is within one of their commits (it has applied what
-        the gate held before its last rise) and has run :attr:`WARM_BATCHES`
-        batches that read records (its state stores are open and past their
-        slow first batches). The gate then stays put, and the warm-up has
-        caught up once its query has applied what is below it: the owners'
-        later batches, and what comes after them, are its next batch, once
-        it owns the tasks. Requiring the query to reach a gate that keeps
-        rising would rarely succeed while records flow: the owners commit
-        about as often as the warm-up does. With no records flowing (the
-        owners committed nothing for :attr:`IDLE_S` and twice the interval
-        between their last two commits) a query that has applied all they
-        committed is caught up as it is.
+        until its query has run :attr:`WARM_BATCHES` batches that read
+        records (its state stores are open and past their slow first
+        batches) and keeps pace with them: it is within one of their commits
+        (it has applied what the gate held before its last rise), or its
+        last batch read everything the gate held when that batch started (a
+        warm-up slower per batch than its owners, which commit several times
+        meanwhile, is never within one commit; its next batch reads what
+        they published meanwhile). The gate then stays put, and the warm-up
+        has caught up once its query has applied what is below it: the
+        owners' later batches, and what comes after them, are its next
+        batch, once it owns the tasks. Requiring the query to reach a gate
+        that keeps rising would rarely succeed while records flow. With no
+        records flowing (the owners committed nothing for :attr:`IDLE_S` and
+        twice the interval between their last two commits) a query that has
+        applied all they committed is caught up as it is.
         """
         warm = model.warmup(container_id)
         if warm is None or not holders_stopping(model, warm.tasks):
@@ -1015,9 +1026,20 @@ class _Replayer:
     def _may_hold_the_gate(self, model: JobModel) -> bool:
         if self.lag() == 0 and holders_idle(model, self.warm.tasks, time.time(), self.IDLE_S):
             return True
+        if self.read_batches() < self.WARM_BATCHES:
+            return False
         raised = self.gate_offsets != self.start_gate
-        behind = self.lag(self.previous_gate if raised else self.gate_offsets)
-        return behind == 0 and self.read_batches() >= self.WARM_BATCHES
+        if self.lag(self.previous_gate if raised else self.gate_offsets) == 0:
+            return True
+        return self._kept_pace()
+
+    def _kept_pace(self) -> bool:
+        # Whether the last batch read all its gate held as it started (driver, per heartbeat).
+        progress = _progress_json(self.query.lastProgress) if self.query is not None else {}
+        if not progress.get("timestamp"):
+            return False
+        started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
+        return read_all_it_could(list(self.gates), started.timestamp(), _offsets_of(progress))
 
     def read_batches(self) -> int:
         """How many batches of the query read records (driver; from its recent progress)."""

@@ -134,6 +134,30 @@ def holders_idle(model: JobModel, tasks: Sequence[str], now: float, floor_s: flo
     return True
 
 
+def read_all_it_could(
+    gates: Sequence[tuple[float, Mapping[str, Mapping[str, int]]]],
+    started: float,
+    committed: Mapping[str, Mapping[int, int]],
+) -> bool:
+    """Whether a warm-up's batch read everything its gate held when the batch started.
+
+    Pure. ``gates`` are ``(time written, gate)`` in the order written (times
+    taken after each write, on the batch's clock); ``committed`` is where the
+    batch ended, per topic and partition. A batch that did keeps pace with
+    its owners however long it takes (each batch reads what they published
+    meanwhile), while one that read less (a row limit: a backlog) does not.
+    Unknown (no gate written by then) is False.
+    """
+    in_force = [gate for at, gate in gates if at <= started]
+    if not in_force:
+        return False
+    return all(
+        committed.get(topic, {}).get(int(partition), 0) >= offset
+        for topic, partitions in in_force[-1].items()
+        for partition, offset in partitions.items()
+    )
+
+
 def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> list[Fence]:
     """Where each source checkpoint's owner published its output up to, per key bucket.
 

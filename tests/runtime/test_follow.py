@@ -28,6 +28,7 @@ from spark_elastic.runtime.follow import (
     follow,
     holder_batches,
     holders_idle,
+    read_all_it_could,
     snapshot_dir,
     source_fences,
     take_snapshot,
@@ -331,6 +332,32 @@ def test_holders_are_idle_when_their_last_commit_is_long_ago_for_their_pace(
     commits_at(old, *(now + t for t in commits))
     model = model_with_warmup(old, tmp_path / "gen-2")
     assert holders_idle(model, WANTED, now, floor_s=3.0) is idle
+
+
+# The gate rose at t=10 (to 100 and 80), t=13 (130, 95) and t=16 (160, 120): its owners
+# commit every 3 s, while the warm-up's batches take longer.
+GATES = [
+    (10.0, {"clicks": {"0": 100, "1": 80}}),
+    (13.0, {"clicks": {"0": 130, "1": 95}}),
+    (16.0, {"clicks": {"0": 160, "1": 120}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("started", "committed", "kept_pace"),
+    [
+        (13.5, {0: 130, 1: 95}, True),  # read all the gate held at its start (two commits ago)
+        (13.5, {0: 130, 1: 90}, False),  # a row limit left records below that gate: a backlog
+        (13.0, {0: 130, 1: 95}, True),  # the gate written as it started counts
+        (12.0, {0: 100, 1: 80}, True),  # started before the second rise: the first gate
+        (9.0, {0: 100, 1: 80}, False),  # no gate known when it started
+        (17.0, {0: 130, 1: 95}, False),  # behind the gate in force at its start
+    ],
+)
+def test_a_warm_up_keeps_pace_when_its_batch_read_all_its_gate_held_as_it_started(
+    started: float, committed: dict[int, int], kept_pace: bool
+) -> None:
+    assert read_all_it_could(GATES, started, {"clicks": committed}) is kept_pace
 
 
 def committed_at(checkpoint: Path, factor: int, offsets: dict[int, int]) -> None:
