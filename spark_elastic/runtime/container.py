@@ -985,10 +985,11 @@ class _Replayer:
         if not self.frozen:
             self.follow(model)
 
-    WARM_BATCHES = 2
-    """Batches that read records a warm-up runs before its query may own its tasks: the
-    first ones after its snapshot are slow (measured with 500,000 keys: 38-59 s for the
-    one that loads it, 10-20 s for the next, then 3 s), and should not be a new owner's."""
+    WARM_BATCHES = 3
+    """Batches that read records a warm-up runs before it holds its gate: the first ones
+    after its snapshot are slow, and its first batch as owner should not be one of them
+    (measured with 500,000 keys at factor 4 beside three other containers on 2 cores:
+    53, 18, 12, 8.8, 6.6, 4.8 and 3.4 s; after two, a new owner's first batch took 9.4 s)."""
 
     IDLE_S = 3.0
     """Owners that committed nothing for this long, and for twice as long as between
