@@ -142,9 +142,9 @@ def writes_by(out: Path, container_id: str) -> list[float]:
 
 @pytest.fixture
 def clicks(tmp_path: Path) -> Path:
-    """An embedded log with RECORDS clicks of USERS users over 2 partitions."""
+    """An embedded log with RECORDS clicks of USERS users over 4 partitions."""
     log = EmbeddedLog(tmp_path / "log")
-    log.create_topic("clicks", 2)
+    log.create_topic("clicks", 4)
     produce(log, 0, RECORDS)
     return tmp_path
 
@@ -163,6 +163,7 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
         env = {
             **os.environ,
             "CLICKS_ROOT": str(clicks),
+            "CLICKS_FACTOR": "2",
             "PYSPARK_PYTHON": sys.executable,
         }
         command = [
@@ -310,26 +311,26 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     assert again.running_containers() == running
     assert all(alive(pid) for pid in running.values())
 
-    # The topic grows 2 -> 4 with a backlog in the old partitions (SEP-5).
+    # The topic grows 4 -> 8 with a backlog in the old partitions (SEP-5).
     produce(log, total, 4000)
-    log.grow("clicks", 4)
+    log.grow("clicks", 8)
     produce(log, total + 4000, 2000)
     total += 6000
     wait_until(
-        "the job model grown to 4 partitions",
-        lambda: again.job_model()["partitions"] == {"clicks": 4},
+        "the job model grown to 8 partitions",
+        lambda: again.job_model()["partitions"] == {"clicks": 8},
         timeout=240,
     )
     wait_until("every record applied", all_applied(again, total), timeout=240)
 
-    # Then, while records arrive: 3 -> 2 containers, a split to factor 8 (one container at
-    # a time), a merge back to 4, 2 -> 3 containers, each asked for as soon as the last one
+    # Then, while records arrive: 3 -> 2 containers, a split to factor 4 (one container at
+    # a time), a merge back to 2, 2 -> 3 containers, each asked for as soon as the last one
     # was made (the new owners may still be starting). Keyed state moves with its tasks.
     for option, value, containers, factor in (
-        ("--containers", 2, 2, 4),
-        ("--elasticity-factor", 8, 2, 8),
+        ("--containers", 2, 2, 2),
         ("--elasticity-factor", 4, 2, 4),
-        ("--containers", 3, 3, 4),
+        ("--elasticity-factor", 2, 2, 2),
+        ("--containers", 3, 3, 2),
     ):
         before = again.job_model()
         scaled = run_cli("job", "scale", again.url, option, str(value))
@@ -349,11 +350,13 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         )
         assert after["elasticityFactor"] == factor
         moved = sorted(t for c in after["containers"] for t in c["tasks"])
-        assert moved == sorted(f"Partition {p}_{b}_{factor}" for p in (0, 1) for b in range(factor))
+        assert moved == sorted(
+            f"Partition {p}_{b}_{factor}" for p in range(4) for b in range(factor)
+        )
         again.status()  # records the new containers' pids for cleanup
     produce(log, total, 1000)  # for the last owners, with the state they took over
     total += 1000
     wait_until("every record applied", all_applied(again, total), timeout=240)
     # Nothing lost, nothing applied twice, each key's records in order: its old partition's
     # records before its new partition's, each in offset order.
-    assert again.output_rows() == counts_in_key_order(spark, clicks, planned=2)
+    assert again.output_rows() == counts_in_key_order(spark, clicks, planned=4)
