@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +32,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (*_TEST_DIRS, os.environ.get("PYTHONPATH", "")) if p
 )
 
-from jvm import TEST_JAVA_OPTIONS  # noqa: E402 - from tests/, on the path from here on
+from jvm import SHORT_LIVED_JAVA_OPTIONS, TEST_JAVA_OPTIONS  # noqa: E402 - from tests/ on
+
+# Every Spark application a spec's subprocess starts reads its defaults from here (the
+# session's own JVM too: its extraJavaOptions come after these, and win where they differ).
+_SPARK_CONF_DIR = Path(tempfile.mkdtemp(prefix="spark-elastic-tests-conf-"))
+atexit.register(shutil.rmtree, _SPARK_CONF_DIR, ignore_errors=True)
+(_SPARK_CONF_DIR / "spark-defaults.conf").write_text(
+    f"spark.driver.defaultJavaOptions {SHORT_LIVED_JAVA_OPTIONS}\n"
+)
+os.environ["SPARK_CONF_DIR"] = str(_SPARK_CONF_DIR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
