@@ -1021,7 +1021,7 @@ class _Replayer:
             return False
         if not self.frozen and self._may_hold_the_gate(model):
             self.frozen = True
-            _log(f"within a commit of the stopping owners: the gate stays ({self.lag()} to go)")
+            _log(f"keeping pace with the stopping owners: the gate stays ({self.lag()} to go)")
         return self.frozen and self.lag() == 0
 
     def _may_hold_the_gate(self, model: JobModel) -> bool:

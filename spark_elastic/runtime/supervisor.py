@@ -1315,7 +1315,7 @@ class Supervisor:
 
         The job model first lists the old owners under ``stopping`` (they
         keep running). A replaying warm-up then follows them until its query
-        is within one of their commits and past its slow first batches
+        keeps pace with them and is past its slow first batches
         (``_Replayer.caught_up`` in the container), stops raising its gate,
         applies what is below it and says it has caught up; the owners stop
         once every warm-up of the
