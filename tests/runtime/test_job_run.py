@@ -163,7 +163,6 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
         env = {
             **os.environ,
             "CLICKS_ROOT": str(clicks),
-            "CLICKS_FACTOR": "2",
             "PYSPARK_PYTHON": sys.executable,
         }
         command = [
@@ -238,13 +237,17 @@ def counts_in_key_order(
 
 
 def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_live(
-    spark: SparkSession, start_job: Callable[..., RunningJob], clicks: Path
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # One start-up for every story of a running stateful job (the suite's budget): the
     # initial assignment, a paused container fenced (SIGSTOP: a zombie), a killed one
     # (SIGKILL), a coordinator restart, growth, then live changes. Every running count is
     # checked at the end against a single key-ordered pass over the log: nothing lost,
     # nothing applied twice, each key's records in order.
+    monkeypatch.setenv("CLICKS_FACTOR", "2")  # 4 partitions x 2: 8 tasks
     options = ("--partition-check-ms", "500")
     job = start_job(3, None, 0, *options)
     running = wait_until(
