@@ -1090,6 +1090,30 @@ class _Replayer:
         drop_snapshot(self.warm.checkpoint)
 
 
+@contextlib.contextmanager
+def _heartbeating(client: CoordinatorClient, container_id: str, every_s: float) -> Iterator[None]:
+    """Heartbeat every ``every_s`` from a thread while the block runs (driver).
+
+    For a warm-up's long steps before it registers: its heartbeats keep the
+    coordinator's start-up timer from running out. A failed heartbeat is
+    retried at the next beat; the thread has stopped when the block exits.
+    """
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            with contextlib.suppress(OSError, ValueError, ProtocolError):
+                client.heartbeat(container_id)
+
+    thread = threading.Thread(target=beat, name="warm-up heartbeats", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def _catch_up(
     client: CoordinatorClient, replayer: _Replayer, container_id: str, acceptable_lag: int
 ) -> bool:
@@ -1204,7 +1228,10 @@ def run_container(settings: ContainerSettings) -> int:
                 return EXIT_OK if not replayer.failed() else EXIT_FENCED
         elif job.processor is not None:
             follower = _Follower(spark, job, settings.follow_s)
-            follower(first, settings.container_id)
+            # Its first snapshot may outlast the coordinator's start-up bound on a loaded
+            # machine: unregistered and silent, it would be failed over, again and again.
+            with _heartbeating(client, settings.container_id, settings.heartbeat_s):
+                follower(first, settings.container_id)
     sent = time.monotonic()
     reply = client.register(Registration(settings.container_id, os.getpid()))
     if not reply.alive:

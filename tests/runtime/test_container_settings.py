@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
 import threading
+import time
 
 import pytest
 
 from spark_elastic.errors import ArgumentError
-from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
+from spark_elastic.runtime.container import (
+    ContainerSettings,
+    CoordinatorClient,
+    _heartbeating,
+)
 
 BASE = {
     "EXECUTION_ENV_CONTAINER_ID": "clicks-c1",
@@ -61,3 +68,35 @@ def test_a_heartbeat_to_a_coordinator_that_never_answers_fails_at_its_timeout() 
         assert not caller.is_alive(), "the heartbeat waited on past its timeout"
         assert outcome
         assert isinstance(outcome[0], OSError)
+
+
+def test_a_warm_up_heartbeats_through_a_long_step_before_it_registers() -> None:
+    # Its first snapshot may outlast the coordinator's start-up bound: a warm-up that sent
+    # nothing meanwhile was failed over, and its replacements too (bench_live, snapshot mode).
+    seen: list[str] = []
+
+    class Coordinator(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's hook, named by it
+            seen.append(self.path)
+            body = json.dumps({"alive": False}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Coordinator) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        client = CoordinatorClient(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
+        deadline = time.monotonic() + 60
+        with _heartbeating(client, "clicks-c3", every_s=0.05):
+            # The long step: it waits for three heartbeats, which only the helper sends.
+            while len(seen) < 3 and time.monotonic() < deadline:
+                threading.Event().wait(0.01)
+        after = len(seen)
+        server.shutdown()
+    assert after >= 3
+    assert all(p.startswith("/containerHeartbeat?executionContainerId=clicks-c3") for p in seen)
+    assert len(seen) == after  # none once the step is over
