@@ -909,16 +909,13 @@ class _Replayer:
         self.query: StreamingQuery | None = None
         # Set once caught up with stopping owners: the gate stays where it is from then on.
         self.frozen = False
-        # The gate as last written, before its last rise, and when the query started; and
-        # the query's batches that read records.
-        self.gate_offsets: dict[str, dict[str, int]] = {}
-        self.previous_gate: dict[str, dict[str, int]] = {}
-        self.start_gate: dict[str, dict[str, int]] | None = None
-        self.batches_read: set[int] = set()
-        # Each gate written, with the time after its write: what a batch could read.
+        # Each gate written, with the time after its write (what a batch could read); the
+        # gate when the query started; the query's batches that read records.
         self.gates: collections.deque[tuple[float, dict[str, dict[str, int]]]] = collections.deque(
             maxlen=1024
         )
+        self.start_gate: dict[str, dict[str, int]] | None = None
+        self.batches_read: set[int] = set()
 
     def _plan_at(self, model: JobModel) -> Any:
         return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
@@ -966,8 +963,17 @@ class _Replayer:
         write_gate(self.gate, gate)
         self.fences = merged
         if gate != self.gate_offsets:
-            self.previous_gate, self.gate_offsets = self.gate_offsets, gate
             self.gates.append((time.time(), gate))
+
+    @property
+    def gate_offsets(self) -> dict[str, dict[str, int]]:
+        """The gate as last written (empty before the first)."""
+        return self.gates[-1][1] if self.gates else {}
+
+    @property
+    def previous_gate(self) -> dict[str, dict[str, int]]:
+        """The gate before its last rise (empty before the second)."""
+        return self.gates[-2][1] if len(self.gates) > 1 else {}
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
