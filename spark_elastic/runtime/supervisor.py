@@ -728,12 +728,16 @@ class Supervisor:
 
         A container that stopped has stopped its query: what is left of its
         process group (its JVM on the way out) is killed, so nothing of it can
-        commit once its successor reads its final offsets."""
+        commit once its successor reads its final offsets. One killed at its
+        lease's end is forgotten only once its process is seen gone, at a later
+        tick: SIGKILL takes effect asynchronously, and no successor is launched
+        beside a process still on its way out."""
         for old_id, renewed_at in list(self._retired.items()):
             old = self._records[old_id]
             stopped = not self.launcher.alive(old.pid or 0, old_id)
             if stopped or self.clock() > self.terms.reassignable_at(renewed_at):
                 self.launcher.kill(old.pid or 0, old_id, signal.SIGKILL)
+            if stopped:
                 del self._retired[old_id]
                 self._finishing.pop(old_id, None)
                 self._stopped.discard(old_id)

@@ -7,6 +7,7 @@ embedded log that grows.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -311,7 +312,17 @@ def test_a_successor_never_starts_while_its_predecessor_may_still_write(
             time.sleep(1.0)  # ticks at 0.2 s: five of them see the same clock
             assert launched(second) == set()
             assert all(first.launcher.alive(pid, c) for c, pid in running.items())
+            # Past the margin they are killed; a SIGKILL takes effect when the kernel gets to
+            # it, so the heirs wait until the predecessors are seen gone. Here the kills are
+            # held back until the spec lets them through.
+            held: list[tuple[int, str]] = []
+            second.launcher.kill = lambda pid, c, sig: held.append((pid, c))  # type: ignore[method-assign]
             clock.now += 0.2
+            wait_until("the kills", lambda: {c for _, c in held} >= set(running))
+            time.sleep(1.0)  # ticks at 0.2 s: five of them see the predecessors running
+            assert launched(second) == set()
+            for pid, c in held:
+                first.launcher.kill(pid, c, signal.SIGKILL)
             wait_until("both heirs launched", lambda: launched(second) == heirs)
             assert not any(first.launcher.alive(pid, c) for c, pid in running.items())
     finally:
