@@ -48,6 +48,20 @@ def test_a_bad_heartbeat_timeout_is_one_line_naming_the_variable(bad: str) -> No
     assert "\n" not in str(info.value)
 
 
+def test_a_warm_up_replays_by_default_and_snapshots_when_told() -> None:
+    assert ContainerSettings.from_env(BASE).warmup == "replay"
+    snapshot = ContainerSettings.from_env({**BASE, "SPARK_ELASTIC_WARMUP": "snapshot"})
+    assert snapshot.warmup == "snapshot"
+
+
+def test_an_unknown_warm_up_mode_is_one_line_naming_the_variable_and_the_choices() -> None:
+    with pytest.raises(ArgumentError) as info:
+        ContainerSettings.from_env({**BASE, "SPARK_ELASTIC_WARMUP": "copy"})
+    assert str(info.value) == (
+        "SPARK_ELASTIC_WARMUP: expected one of replay, snapshot, found 'copy'"
+    )
+
+
 def test_a_heartbeat_to_a_coordinator_that_never_answers_fails_at_its_timeout() -> None:
     # A frozen coordinator: the kernel accepts the connection, nobody ever answers.
     with socket.socket() as frozen:
