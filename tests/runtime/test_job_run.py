@@ -105,6 +105,25 @@ class RunningJob:
     def output_rows(self) -> set[tuple[str, int, int, int]]:
         return output_rows(self.root / "out")
 
+    def takeovers(self) -> dict[str, str]:
+        """``{container id: how it took its tasks over}``, from the containers' logs.
+
+        ``replay`` (a replaying warm-up's running query took them), ``snapshot``
+        (a snapshot warm-up started from the state it followed) or
+        ``checkpoints`` (its predecessors' committed checkpoints, rescaled).
+        """
+        ways = {
+            "in the query that replayed them": "replay",
+            "from the state it followed": "snapshot",
+            " checkpoints: ": "checkpoints",
+        }
+        found = {}
+        for path in sorted((self.root / "checkpoints" / "logs").glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if ": took over " in line:
+                    found[path.stem] = next(way for words, way in ways.items() if words in line)
+        return found
+
     def cleanup(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -329,6 +348,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     # Then, while records arrive: 3 -> 2 containers, a split to factor 4 (one container at
     # a time), a merge back to 2, 2 -> 3 containers, each asked for as soon as the last one
     # was made (the new owners may still be starting). Keyed state moves with its tasks.
+    warmed: set[str] = set()
     for option, value, containers, factor in (
         ("--containers", 2, 2, 2),
         ("--elasticity-factor", 4, 2, 4),
@@ -356,6 +376,9 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         assert moved == sorted(
             f"Partition {p}_{b}_{factor}" for p in range(4) for b in range(factor)
         )
+        warmed |= {c["containerId"] for c in after["containers"]} - {
+            c["containerId"] for c in before["containers"]
+        }
         again.status()  # records the new containers' pids for cleanup
     produce(log, total, 1000)  # for the last owners, with the state they took over
     total += 1000
@@ -363,3 +386,6 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     # Nothing lost, nothing applied twice, each key's records in order: its old partition's
     # records before its new partition's, each in offset order.
     assert again.output_rows() == counts_in_key_order(spark, clicks, planned=4)
+    # Each live change's new owners took their tasks in the query that replayed them.
+    ways = again.takeovers()
+    assert {ways.get(c) for c in warmed} == {"replay"}, ways
