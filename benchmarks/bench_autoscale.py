@@ -16,9 +16,11 @@ is read from the coordinator's ``/status.json``.
 
 Printed for each: the scaling actions (with their time from the start of
 the step and their reason), the time to react (step start to the first
-scale-out decision), the peak lag, and the lag when the run ends.
+scale-out decision), the time to scale back (step end to the first scale-in
+decision: the backlog the step left must drain first), the peak lag, and
+the lag when the run ends.
 
-Run (about 21 minutes; nothing else should load the machine)::
+Run (about 35 minutes; nothing else should load the machine)::
 
     .venv/bin/python benchmarks/bench_autoscale.py
 """
@@ -138,17 +140,18 @@ def _measure(url: str, log: EmbeddedLog, args: argparse.Namespace) -> dict[str, 
         load.stopping.set()
         load.join()
     started_at = time.time() - (time.monotonic() - load.started)
-    actions = [
+    actions = sorted(
         (e["at"] - started_at - step_at, e["detail"])
         for e in status["events"]
         if e["kind"] == "autoscale"
         and e["detail"].startswith("autoscaler ")
         and not e["detail"].startswith(("autoscaler on", "autoscaler off"))
-    ]
+    )
     in_step = [lag for t, lag in lags if t >= step_at]
     return {
         "actions": actions,
         "react_s": next((t for t, d in actions if "scale-out" in d), None),
+        "back_s": next((t - args.step_s for t, d in actions if "scale-in" in d), None),
         "peak_lag": max(in_step, default=0),
         "final_lag": lags[-1][1] if lags else None,
         "containers": live,
@@ -160,7 +163,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=40, help="base records a second (40)")
     parser.add_argument("--batch", type=int, default=100, help="records per micro-batch (100)")
     parser.add_argument("--step-s", type=float, default=180, help="how long the x4 step lasts")
-    parser.add_argument("--after-s", type=float, default=360, help="how long to watch after it")
+    parser.add_argument(
+        "--after-s", type=float, default=720, help="how long to watch after it (720)"
+    )
     parser.add_argument(
         "--max-containers", type=int, default=2, help="the autoscaler's bound (2: the cores)"
     )
@@ -172,10 +177,11 @@ def main() -> None:
             result = run_case(Path(tmp), autoscale, args)
             for at, detail in result["actions"]:
                 print(f"    {at:+6.0f} s  {detail[:160]}")
-            react = result["react_s"]
+            react, back = result["react_s"], result["back_s"]
             print(
                 f"    actions {len(result['actions'])}, time to react "
-                f"{'-' if react is None else f'{react:.0f} s'}, peak backlog {result['peak_lag']}, "
+                f"{'-' if react is None else f'{react:.0f} s'}, time to scale back "
+                f"{'-' if back is None else f'{back:.0f} s'}, peak backlog {result['peak_lag']}, "
                 f"backlog at the end {result['final_lag']}, containers at the end "
                 f"{result['containers']}",
                 flush=True,
