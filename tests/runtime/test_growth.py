@@ -272,6 +272,7 @@ def test_a_successor_never_starts_while_its_predecessor_may_still_write(
     clock = Clock()
     stubborn = {"STANDIN_STUBBORN": "1"}
     first = watched(tmp_path, env=stubborn, clock=clock, partition_check_s=0.0)
+    second: Coordinator | None = None
     try:
         with first.server.running_in_thread():
             running = wait_until(
@@ -327,6 +328,11 @@ def test_a_successor_never_starts_while_its_predecessor_may_still_write(
             assert not any(first.launcher.alive(pid, c) for c, pid in running.items())
     finally:
         first.kill_all()
+        if second is not None:
+            # The heirs are the second coordinator's; they ignore SIGTERM, as their
+            # predecessors do. Its launcher kills again for real.
+            vars(second.launcher).pop("kill", None)
+            second.kill_all()
 
 
 class BrokenWatch:
