@@ -29,6 +29,8 @@ __all__ = [
     "PlanError",
     "ProtocolError",
     "SparkElasticError",
+    "StoreFencedError",
+    "StoreOwnedError",
     "TaskNameError",
 ]
 
@@ -126,3 +128,11 @@ class FencedError(SparkElasticError, RuntimeError):
 
 class ChangeRefusedError(SparkElasticError):
     """A running job cannot take a change now: another is under way, or it is not built yet."""
+
+
+class StoreOwnedError(SparkElasticError):
+    """A coordinator store is owned by another running coordinator: one coordinator per job."""
+
+
+class StoreFencedError(SparkElasticError):
+    """Another coordinator claimed this coordinator's store: it must write nothing more."""

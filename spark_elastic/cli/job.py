@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -288,7 +289,7 @@ def _run(args: argparse.Namespace) -> int:
     from spark_elastic.runtime.job import load_job
     from spark_elastic.runtime.lease import LeaseTerms
     from spark_elastic.runtime.registry import Store
-    from spark_elastic.runtime.server import CoordinatorServer, bind
+    from spark_elastic.runtime.server import CoordinatorServer, bind, is_loopback
     from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor
 
     job = load_job(args.job)
@@ -325,8 +326,15 @@ def _run(args: argparse.Namespace) -> int:
         container_env["SPARK_ELASTIC_MASTER"] = args.master
     if args.token:
         container_env["SPARK_ELASTIC_TOKEN"] = args.token
+    if is_loopback(args.host) and "SPARK_LOCAL_IP" not in os.environ:
+        # Spark's drivers bind the machine's external address by default: a job whose
+        # coordinator listens on loopback keeps its containers there too.
+        container_env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    store_path = Path(args.store or root / "coordinator.db")
+    # One coordinator per job: refused before it binds a port or touches anything.
+    Store.refuse_if_owned(store_path)
     sock = bind(args.host, args.port)
-    store = Store(args.store or root / "coordinator.db")
+    store = Store(store_path)
 
     def make(url: str) -> Supervisor:
         return Supervisor(
@@ -355,8 +363,7 @@ def _run(args: argparse.Namespace) -> int:
     def ready() -> None:
         print(f"status: {server.url}/", flush=True)
 
-    server.run_forever(ready)
-    return 0
+    return server.run_forever(ready)
 
 
 _AUTOSCALE_OPTIONS = {

@@ -20,12 +20,19 @@ Tables::
     progress(container, task, batch, offsets, lag, at)
     throughput(container, batch, records_read, records_processed, at)
 
+One coordinator per store: :meth:`Store.claim` takes an exclusive
+``flock`` on ``<store>.owner`` (released when the process exits, however it
+exits) and bumps the store's *epoch*; every transaction then checks that the
+epoch is still its own, so a coordinator whose store was claimed by another
+(a lock lost on a network file system, say) writes nothing more.
+
 Runs in the coordinator process only, on its event-loop thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import sqlite3
@@ -35,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_elastic.errors import ArgumentError
+from spark_elastic.errors import ArgumentError, StoreFencedError, StoreOwnedError
 from spark_elastic.runtime.protocol import JobModel, ProgressReport
 
 __all__ = ["ContainerRecord", "Event", "Store"]
@@ -135,6 +142,23 @@ class Event:
     detail: str
 
 
+def _owner_of(owner_path: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads(owner_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _owned(path: Path, owner_path: Path) -> StoreOwnedError:
+    owner = _owner_of(owner_path) or {}
+    return StoreOwnedError(
+        f"--store: {path} is owned by the running coordinator at {owner.get('url', '?')} "
+        f"(pid {owner.get('pid', '?')}); one coordinator per job: stop that one first, or "
+        "give this job another store"
+    )
+
+
 class Store:
     """The coordinator's SQLite file.
 
@@ -146,6 +170,8 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._owner_fd: int | None = None
+        self._epoch: int | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -158,13 +184,109 @@ class Store:
             ) from None
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database and give up its ownership."""
         self._db.close()
+        self.release()
+
+    def release(self) -> None:
+        """Give up the ownership :meth:`claim` took (nothing if none)."""
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)  # releases the flock
+            self._owner_fd = None
+
+    # ownership
+
+    @property
+    def owner_path(self) -> Path:
+        """The file whose lock says which coordinator owns the store."""
+        return self.path.with_name(self.path.name + ".owner")
+
+    def owner(self) -> dict[str, Any] | None:
+        """What the owning coordinator wrote of itself (url, pid, epoch, since), if anything."""
+        return _owner_of(self.owner_path)
+
+    @staticmethod
+    def refuse_if_owned(path: str | os.PathLike[str]) -> None:
+        """Raise :class:`StoreOwnedError` if a running coordinator owns the store at ``path``.
+
+        Parameters
+        ----------
+        path
+            The store's file; a missing one is owned by nobody.
+        """
+        owner_path = Path(path).with_name(Path(path).name + ".owner")
+        if not owner_path.exists():
+            return
+        fd = os.open(owner_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _owned(Path(path), owner_path) from None
+        finally:
+            os.close(fd)
+
+    def claim(self, url: str) -> int:
+        """Own the store for this process: one coordinator per job.
+
+        Parameters
+        ----------
+        url
+            This coordinator's URL, shown to a second coordinator that is refused.
+
+        Returns
+        -------
+        int
+            The new epoch; every later transaction checks it.
+
+        Raises
+        ------
+        StoreOwnedError
+            Another live coordinator owns the store; nothing was changed.
+        """
+        fd = os.open(self.owner_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _owned(self.path, self.owner_path) from None
+        try:
+            with self.transaction() as db:
+                epoch = int(self.meta("epoch") or 0) + 1
+                self.set_meta(db, "epoch", str(epoch))
+            record = {"url": url, "pid": os.getpid(), "epoch": epoch, "since": time.time()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._owner_fd, self._epoch = fd, epoch
+        return epoch
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this store object claimed, or None before :meth:`claim`."""
+        return self._epoch
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """All writes inside commit together, or none do."""
+        """All writes inside commit together, or none do.
+
+        Raises
+        ------
+        StoreFencedError
+            The store was claimed since by another coordinator (a newer epoch).
+        """
         self._db.execute("BEGIN IMMEDIATE")
+        if self._epoch is not None:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+            if row is None or int(row[0]) != self._epoch:
+                self._db.execute("ROLLBACK")
+                raise StoreFencedError(
+                    f"the store {self.path} was claimed by another coordinator (epoch "
+                    f"{None if row is None else row[0]}, this one's {self._epoch}): "
+                    "this coordinator writes nothing more"
+                )
         try:
             yield self._db
         except BaseException:

@@ -33,8 +33,10 @@ import ipaddress
 import json
 import signal
 import socket
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -48,6 +50,7 @@ from spark_elastic.errors import (
     ChangeRefusedError,
     ProtocolError,
     SparkElasticError,
+    StoreFencedError,
 )
 from spark_elastic.runtime.protocol import ProgressReport, Registration, validate_container_id
 from spark_elastic.runtime.supervisor import Supervisor
@@ -287,6 +290,12 @@ class CoordinatorServer:
         self._views = _TokenBucket(VIEWS_PER_S, VIEWS_PER_S, time.monotonic)
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self.exit_code = 0
+        """0 once stopped as asked; 1 when its loop failed (the traceback is on stderr)."""
+        self.failure: str | None = None
+        """Why the loop failed, in one line, or None."""
+        self._failed_with: BaseException | None = None
+        self._leave_running = False
 
     # HTTP
 
@@ -423,12 +432,31 @@ class CoordinatorServer:
     async def _tick_forever(self) -> None:
         seen: dict[str, int] = {}
         while not self._stopping.is_set():
-            self.supervisor.tick()
-            self._count_into_metrics(seen)
-            if self.supervisor.partition_check_due():
-                await self._check_partitions()
+            try:
+                self.supervisor.tick()
+                self._count_into_metrics(seen)
+                if self.supervisor.partition_check_due():
+                    await self._check_partitions()
+            except Exception as exc:
+                # A dead state machine must not go on answering heartbeats as if it were
+                # alive: the coordinator stops (its containers too) and exits non-zero.
+                self._fail(exc)
+                return
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), TICK_S)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The loop failed: say why on stderr (the coordinator's log) and stop."""
+        self.failure = f"{type(exc).__name__}: {exc}"
+        self._failed_with = exc
+        self.exit_code = 1
+        print(
+            f"spark-elastic coordinator: its loop failed; stopping: {self.failure}",
+            file=sys.stderr,
+        )
+        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.flush()
+        self._stopping.set()
 
     async def _check_partitions(self) -> None:
         watch = self.supervisor.watch
@@ -449,30 +477,68 @@ class CoordinatorServer:
             self.metrics.partition_growths.inc()
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve until :meth:`request_stop`; then stop the containers and the server."""
+        """Serve until :meth:`request_stop` or a failure; then stop the containers and the server.
+
+        The containers are stopped whatever ended the loop, except a store
+        claimed by another coordinator (they are that one's now).
+        """
         self._stopping = asyncio.Event()
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        await web.SockSite(runner, self._sock).start()
-        self._runner = runner
-        self.supervisor.serving()
-        self.supervisor.launch_pending()
-        ticker = asyncio.ensure_future(self._tick_forever())
-        if ready is not None:
-            ready()
-        await self._stopping.wait()
-        await ticker
-        # Containers stop with the server still answering (their last reports land).
-        await asyncio.get_running_loop().run_in_executor(None, self.supervisor.stop)
-        await runner.cleanup()
-        self.supervisor.store.close()
+        try:
+            await runner.setup()
+            await web.SockSite(runner, self._sock).start()
+            self._runner = runner
+            self.supervisor.serving()
+            self.supervisor.launch_pending()
+            ticker = asyncio.ensure_future(self._tick_forever())
+            if ready is not None:
+                ready()
+            await self._stopping.wait()
+            await ticker
+            if not self._leave_running and not isinstance(self._failed_with, StoreFencedError):
+                # Containers stop with the server still answering (their last reports land),
+                # on this loop's thread like every other call into the supervisor.
+                await self._stop_containers()
+        except Exception as exc:
+            if self.failure is None:
+                self._fail(exc)
+        finally:
+            await runner.cleanup()
+            self.supervisor.store.close()
+
+    async def _stop_containers(self, timeout_s: float = 60.0) -> None:
+        try:
+            stopping = self.supervisor.stop_begin()
+            deadline = time.monotonic() + timeout_s
+            while self.supervisor.stop_pending(stopping) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            self.supervisor.stop_end(stopping, failed=self.failure)
+        except Exception as exc:
+            # Even then, every process it launched is killed: nothing outlives its coordinator.
+            self.supervisor.kill_all()
+            if self.failure is None:
+                self._fail(exc)
+
+    def leave_containers_running(self) -> None:
+        """When it stops, stop serving only: the containers keep running, as after a crash.
+
+        For specs and benchmarks of a coordinator restart; a real stop always
+        stops the containers.
+        """
+        self._leave_running = True
 
     def request_stop(self) -> None:
         """Ask :meth:`serve` to stop (from the loop's thread or a signal handler)."""
         self._stopping.set()
 
-    def run_forever(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve on this thread until SIGINT or SIGTERM."""
+    def run_forever(self, ready: Callable[[], None] | None = None) -> int:
+        """Serve on this thread until SIGINT or SIGTERM, or until its loop fails.
+
+        Returns
+        -------
+        int
+            The process exit code: 0, or 1 when the loop failed.
+        """
         loop = asyncio.new_event_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
@@ -480,6 +546,7 @@ class CoordinatorServer:
             loop.run_until_complete(self.serve(ready))
         finally:
             loop.close()
+        return self.exit_code
 
     @contextlib.contextmanager
     def running_in_thread(self) -> Iterator[CoordinatorServer]:

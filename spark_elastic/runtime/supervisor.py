@@ -158,6 +158,10 @@ class JobShape:
         return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
 
 
+def _sorted(containers: Sequence[ContainerModel]) -> tuple[ContainerModel, ...]:
+    return tuple(sorted(containers, key=lambda c: c.container_id))
+
+
 def _offsets_text(offsets: Mapping[str, Mapping[int, int]]) -> str:
     return json.dumps({t: {str(p): o for p, o in sorted(ps.items())} for t, ps in offsets.items()})
 
@@ -585,8 +589,17 @@ class Supervisor:
         self.decision: Decision | None = None
         self._decided_at: float | None = None
         self._hold_logged: tuple[str, float] | None = None
-        self.model = self._load_or_plan(containers)
-        self.autoscaler = self._load_autoscaler(autoscaler)
+        # One coordinator per job: a second one is refused here, before it changes anything.
+        claimed = store.epoch is None
+        if claimed:
+            store.claim(url)
+        try:
+            self.model = self._load_or_plan(containers)
+            self.autoscaler = self._load_autoscaler(autoscaler)
+        except BaseException:
+            if claimed:
+                store.release()
+            raise
 
     # 1. plan once
 
@@ -606,7 +619,49 @@ class Supervisor:
                 self._retired[record.id] = now
                 self._finishing[record.id] = now + self.terms.lease_s
         self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
-        return stored
+        return self._resume(stored)
+
+    def _resume(self, model: JobModel) -> JobModel:
+        """A stopped (or failed) job runs again: each stopped container's tasks go to a
+        successor that starts from its last commits, as after a failover.
+
+        A stop in the middle of a move stopped its warm-ups too: each gets a
+        fresh successor (a warm-up owns nothing yet), and the move goes on.
+        """
+
+        def stopped(c: ContainerModel) -> bool:
+            return self._records[c.container_id].state == "stopped"
+
+        owners = [c for c in model.containers if stopped(c)]
+        warmups = [w for w in model.warmups if stopped(w)]
+        if not owners and not warmups and self.job_state()["state"] == "running":
+            return model
+        with self.store.transaction() as db:
+            heirs = {
+                c.container_id: self._new_container(
+                    db, c.tasks, self._sources_of(self._records[c.container_id])
+                )
+                for c in owners
+            }
+            heirs.update({w.container_id: self._new_container(db, w.tasks, ()) for w in warmups})
+            resumed = replace(
+                model,
+                version=model.version + 1,
+                containers=_sorted([heirs.get(c.container_id, c) for c in model.containers]),
+                warmups=_sorted([heirs.get(w.container_id, w) for w in model.warmups]),
+                stopping=tuple(c for c in model.stopping if c not in heirs),
+            )
+            self.store.save_model(db, resumed)
+            self._set_job_state(db, "running", "resumed")
+            self.store.add_event(
+                db,
+                "resume",
+                detail=f"job resumed: {len(owners)} containers' tasks go to successors that "
+                f"start from their last commits"
+                + (f", {len(warmups)} warm-ups start again" if warmups else "")
+                + f" (job model {resumed.version})",
+            )
+        return resumed
 
     def serving(self) -> None:
         """The coordinator now answers heartbeats: every lease it knows starts from now.
@@ -1682,31 +1737,108 @@ class Supervisor:
             "lastDecision": last,
         }
 
-    # 6. stop
+    # 8. stop
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop every live container: SIGTERM, then SIGKILL after ``timeout_s``.
+
+        Blocks its thread while they stop; the coordinator's server uses the
+        three steps below instead, so it keeps answering their last heartbeats
+        and reports on its own thread meanwhile.
 
         Parameters
         ----------
         timeout_s
             How long containers get to stop gracefully.
         """
+        stopping = self.stop_begin()
+        deadline = time.monotonic() + timeout_s
+        while self.stop_pending(stopping) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.stop_end(stopping)
+
+    def stop_begin(self) -> list[ContainerRecord]:
+        """SIGTERM to every live container with a process; returns them, and those retiring.
+
+        Returns
+        -------
+        list of ContainerRecord
+            Every container whose process may still run (pass to the next two steps).
+        """
         running = [r for r in self._records.values() if r.live and r.pid is not None]
         for record in running:
             self.launcher.terminate(record.pid or 0, record.id)
-        deadline = time.monotonic() + timeout_s
-        for record in running:
-            while self.launcher.alive(record.pid or 0, record.id) and time.monotonic() < deadline:
-                time.sleep(0.1)
+        retiring = [self._records[c] for c in self._retired if self._records[c].pid is not None]
+        return [*running, *retiring]
+
+    def stop_pending(self, stopping: Sequence[ContainerRecord]) -> bool:
+        """Whether any of ``stopping`` still runs.
+
+        Parameters
+        ----------
+        stopping
+            What :meth:`stop_begin` returned.
+
+        Returns
+        -------
+        bool
+            True while one of their processes is alive.
+        """
+        return any(self.launcher.alive(r.pid or 0, r.id) for r in stopping)
+
+    def stop_end(self, stopping: Sequence[ContainerRecord], failed: str | None = None) -> None:
+        """SIGKILL what is left, and record the job as stopped (``job run`` resumes it).
+
+        Parameters
+        ----------
+        stopping
+            What :meth:`stop_begin` returned.
+        failed
+            Why the coordinator stops, when it failed (recorded in the event).
+        """
+        for record in stopping:
             self.launcher.kill(record.pid or 0, record.id, signal.SIGKILL)
+        live = [r for r in stopping if r.live]
         with self.store.transaction() as db:
-            for record in running:
+            for record in live:
                 self.store.update_container(db, record.id, state="stopped", ended_at=time.time())
-            self.store.add_event(db, "stop", detail=f"stopped {len(running)} containers")
-        for record in running:
+            detail = f"stopped {len(live)} containers"
+            if failed:
+                detail += f": the coordinator failed ({failed})"
+            self.store.add_event(db, "stop", detail=detail)
+            if self.job_state()["state"] != "failed":
+                self._set_job_state(
+                    db, "stopped", "the coordinator stopped" + (f": {failed}" if failed else "")
+                )
+        for record in live:
             self._set(record.id, state="stopped")
             self._live.pop(record.id, None)
+        self._retired.clear()
+        self._finishing.clear()
+
+    def kill_all(self) -> None:
+        """SIGKILL every process this coordinator knows of (the last resort of a failed stop)."""
+        for record in self._records.values():
+            if record.pid is not None and (record.live or record.id in self._retired):
+                self.launcher.kill(record.pid, record.id, signal.SIGKILL)
+
+    def job_state(self) -> dict[str, Any]:
+        """The job's own state: ``running``, ``stopped`` or ``failed``, since when, and why.
+
+        Returns
+        -------
+        dict
+            ``{"state": ..., "at": wall-clock seconds or None, "why": one line}``.
+        """
+        text = self.store.meta("jobState")
+        if not text:
+            return {"state": "running", "at": None, "why": ""}
+        return dict(json.loads(text))
+
+    def _set_job_state(self, db: Any, state: str, why: str) -> None:
+        self.store.set_meta(
+            db, "jobState", json.dumps({"state": state, "at": time.time(), "why": why})
+        )
 
     # status
 

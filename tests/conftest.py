@@ -1,0 +1,196 @@
+"""Shared fixtures of the specs: a coordinator in-process, with a fake clock and fake processes.
+
+The coordinator's logic (leases, failovers, changes, deadlines, cancel, resume,
+store ownership) is specified here without processes or HTTP: a
+:class:`Supervisor` over a real store, driven tick by tick with a clock that
+moves only when told and a launcher whose "processes" live and die when told.
+The end-to-end specs (real containers, real Spark) keep their own fixtures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_elastic.runtime.lease import LeaseTerms
+from spark_elastic.runtime.protocol import ProgressReport, Registration, TaskProgress
+from spark_elastic.runtime.registry import Store
+from spark_elastic.runtime.supervisor import JobShape, Supervisor
+
+FAKE_TERMS = LeaseTerms(lease_s=10.0, margin_s=5.0, write_budget_s=3.0)
+FAKE_TASKS = tuple(f"Partition {p}_{b}_2" for p in range(2) for b in range(2))
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class FakeProcess:
+    container_id: str
+    env: Mapping[str, str]
+    alive: bool = True
+    terminated: bool = False
+    killed: bool = False
+
+
+@dataclass
+class FakeLauncher:
+    """Processes that run until a spec (or the coordinator's SIGKILL) ends them.
+
+    ``exits_on_sigterm`` makes a terminated process exit at once, as a
+    container whose query stops at its batch boundary would.
+    """
+
+    exits_on_sigterm: bool = True
+    processes: dict[int, FakeProcess] = field(default_factory=dict)
+    _pids: Iterator[int] = field(default_factory=lambda: itertools.count(50_000))
+
+    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
+        pid = next(self._pids)
+        self.processes[pid] = FakeProcess(container_id, dict(env))
+        return pid
+
+    def alive(self, pid: int, container_id: str) -> bool:
+        process = self.processes.get(pid)
+        return process is not None and process.container_id == container_id and process.alive
+
+    def terminate(self, pid: int, container_id: str) -> None:
+        process = self.processes.get(pid)
+        if process is not None and process.container_id == container_id:
+            process.terminated = True
+            if self.exits_on_sigterm:
+                process.alive = False
+
+    def kill(self, pid: int, container_id: str, sig: int) -> None:
+        process = self.processes.get(pid)
+        if process is not None and process.container_id == container_id:
+            if sig == signal.SIGKILL:
+                process.killed = True
+            process.alive = False
+
+    def exit(self, container_id: str) -> None:
+        """The container's process exits by itself."""
+        for process in self.processes.values():
+            if process.container_id == container_id:
+                process.alive = False
+
+    def pid_of(self, container_id: str) -> int:
+        return next(p for p, proc in self.processes.items() if proc.container_id == container_id)
+
+    def running(self) -> list[str]:
+        return sorted(p.container_id for p in self.processes.values() if p.alive)
+
+
+@dataclass
+class InProcess:
+    """A coordinator's state machine, its store, its fake clock and fake processes."""
+
+    root: Path
+    clock: FakeClock
+    launcher: FakeLauncher
+    make: Callable[..., Supervisor]
+    supervisor: Supervisor
+
+    def restart(self, **changes: Any) -> Supervisor:
+        """A new coordinator on the same store (the old one's store closed first)."""
+        self.supervisor.store.close()
+        self.supervisor = self.make(**changes)
+        return self.supervisor
+
+    def states(self) -> dict[str, str]:
+        return {c["containerId"]: c["state"] for c in self.supervisor.status()["containers"]}
+
+    def live(self) -> list[str]:
+        return sorted(c.container_id for c in self.supervisor.model.containers)
+
+    def register_all(self) -> None:
+        """Every launched, unregistered container registers (its Spark application is up)."""
+        states = self.states()
+        for pid, process in self.launcher.processes.items():
+            if process.alive and states.get(process.container_id) == "launching":
+                self.supervisor.register(Registration(process.container_id, pid))
+
+    def beat_all(self) -> None:
+        for process in self.launcher.processes.values():
+            if process.alive:
+                self.supervisor.heartbeat(process.container_id)
+
+    def report(self, container_id: str, batch: int = 0, lag: int = 0) -> None:
+        """A container reports a committed batch over its tasks (offset ``batch``)."""
+        mine = next(c for c in self.supervisor.model.containers if c.container_id == container_id)
+        self.supervisor.progress(
+            ProgressReport(
+                container_id,
+                mine.generation,
+                batch,
+                10,
+                10,
+                tuple(
+                    TaskProgress(t, {"clicks": {int(t.split()[1].split("_")[0]): batch}}, lag)
+                    for t in mine.tasks
+                ),
+            )
+        )
+
+    def step(self, seconds: float = 1.0, beat: bool = True) -> None:
+        """Time passes: containers heartbeat (unless told not to), the coordinator ticks."""
+        self.clock.advance(seconds)
+        if beat:
+            self.beat_all()
+        self.supervisor.tick()
+
+
+@pytest.fixture
+def in_process(tmp_path: Path) -> Iterator[InProcess]:
+    """A stateless two-container job's coordinator, in-process; its store closed at the end."""
+    clock, launcher = FakeClock(), FakeLauncher()
+    store_path = tmp_path / "coordinator.db"
+
+    def make(
+        stateful: bool = False,
+        containers: int = 2,
+        url: str = "http://127.0.0.1:9",
+        **options: Any,
+    ) -> Supervisor:
+        job = JobShape(
+            "clicks",
+            "jobs.py:job",
+            2,
+            {"clicks": 2},
+            FAKE_TASKS,
+            str(tmp_path / "cp"),
+            stateful=stateful,
+        )
+        return Supervisor(
+            job,
+            Store(store_path),
+            launcher,
+            url,
+            containers,
+            FAKE_TERMS,
+            startup_s=60,
+            clock=clock,
+            **options,
+        )
+
+    harness = InProcess(tmp_path, clock, launcher, make, make())
+    try:
+        yield harness
+    finally:
+        harness.supervisor.store.close()

@@ -1,0 +1,197 @@
+"""An operable coordinator, in-process: one per job, stop and resume, a loop that fails.
+
+Fake clock and fake processes (``tests/conftest.py``); a real store. What
+the stories look like with real processes is in ``test_operable_cli.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+
+from conftest import InProcess
+from spark_elastic.errors import StoreFencedError, StoreOwnedError
+from spark_elastic.runtime.protocol import Registration
+from spark_elastic.runtime.registry import Store
+from spark_elastic.runtime.server import CoordinatorServer, bind
+
+
+def running(harness: InProcess) -> InProcess:
+    """Its containers launched, registered and committed a first batch."""
+    harness.supervisor.launch_pending()
+    harness.register_all()
+    for c in harness.supervisor.model.containers:
+        harness.report(c.container_id, batch=1)
+    assert sorted(harness.states().values()) == ["running", "running"]
+    return harness
+
+
+# one coordinator per job
+
+
+def test_a_second_coordinator_of_a_job_is_refused_naming_the_first_and_changes_nothing(
+    in_process: InProcess,
+) -> None:
+    first = running(in_process).supervisor
+    before = (first.store.model_versions(), [e.__dict__ for e in first.store.events()])
+    with pytest.raises(StoreOwnedError, match=r"coordinator at http://127.0.0.1:9 \(pid \d+\)"):
+        in_process.make(url="http://127.0.0.1:10")
+    with pytest.raises(StoreOwnedError, match="one coordinator per job"):
+        Store.refuse_if_owned(first.store.path)
+    assert (first.store.model_versions(), [e.__dict__ for e in first.store.events()]) == before
+    # The first goes on untouched: its containers keep their leases.
+    in_process.step(20)
+    assert sorted(in_process.states().values()) == ["running", "running"]
+
+
+def test_a_coordinator_whose_store_another_claimed_writes_nothing_more(
+    in_process: InProcess,
+) -> None:
+    first = running(in_process).supervisor
+    # The lock cannot be lost on a local disk; the epoch still fences a store that was
+    # claimed behind the lock's back (a network file system).
+    with sqlite3.connect(first.store.path) as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'epoch'")
+    with pytest.raises(StoreFencedError, match=r"epoch 99, this one's 1"):
+        first.store.event("note", detail="anything")
+    assert "note" not in [e.kind for e in first.store.events()]
+
+
+def test_the_store_is_free_again_once_its_coordinator_stopped(in_process: InProcess) -> None:
+    running(in_process)
+    in_process.supervisor.stop(timeout_s=0)
+    in_process.restart()
+    assert in_process.supervisor.store.epoch == 2
+
+
+# stop and resume
+
+
+def test_a_stopped_job_is_shown_stopped_and_resumes_each_containers_tasks_from_its_commits(
+    in_process: InProcess,
+) -> None:
+    first = running(in_process).supervisor
+    before = {c.container_id: c for c in first.model.containers}
+    first.stop(timeout_s=0)
+    assert in_process.launcher.running() == []
+    assert first.job_state()["state"] == "stopped"
+    assert set(in_process.states().values()) == {"stopped"}
+
+    again = in_process.restart()
+    again.launch_pending()
+    # Same task sets, each from its predecessor's checkpoint, in new generations.
+    heirs = {c.tasks: c for c in again.model.containers}
+    assert sorted(heirs) == sorted(c.tasks for c in before.values())
+    for old in before.values():
+        heir = heirs[old.tasks]
+        assert heir.generation > old.generation
+        assert heir.sources in ((old.checkpoint,), old.sources)
+    assert in_process.launcher.running() == sorted(heirs[t].container_id for t in heirs)
+    assert again.job_state()["state"] == "running"
+    assert "resume" in [e.kind for e in again.store.events()]
+
+
+def test_a_job_stopped_twice_resumes_twice(in_process: InProcess) -> None:
+    running(in_process)
+    for _ in range(2):
+        in_process.supervisor.stop(timeout_s=0)
+        in_process.restart()
+        in_process.supervisor.launch_pending()
+        in_process.register_all()
+        assert sorted(in_process.states()[c] for c in in_process.live()) == ["running"] * 2
+    assert len(in_process.launcher.processes) == 6
+
+
+def test_a_job_stopped_mid_move_resumes_the_move_with_fresh_warm_ups(
+    in_process: InProcess,
+) -> None:
+    in_process.restart(stateful=True)
+    running(in_process)
+    in_process.supervisor.scale(1)
+    in_process.supervisor.launch_pending()
+    (warm,) = in_process.supervisor.model.warmups
+    in_process.supervisor.register(
+        Registration(warm.container_id, in_process.launcher.pid_of(warm.container_id))
+    )
+    in_process.supervisor.stop(timeout_s=0)
+
+    again = in_process.restart(stateful=True)
+    (fresh,) = again.model.warmups
+    assert fresh.container_id != warm.container_id
+    assert fresh.tasks == warm.tasks
+    assert fresh.sources == ()
+    again.launch_pending()
+    assert fresh.container_id in in_process.launcher.running()
+
+
+# the loop
+
+
+def test_a_coordinator_whose_loop_raises_exits_1_saying_why_and_stops_its_containers(
+    in_process: InProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running(in_process)
+    supervisor = in_process.supervisor
+
+    def broken() -> None:
+        raise RuntimeError("the state machine broke")
+
+    supervisor.tick = broken  # type: ignore[method-assign]
+    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(server.serve(), 30))
+    finally:
+        loop.close()
+    assert server.exit_code == 1
+    assert "RuntimeError: the state machine broke" in capsys.readouterr().err
+    assert in_process.launcher.running() == []
+    stop = next(e for e in Store(supervisor.store.path).events() if e.kind == "stop")
+    assert "the coordinator failed (RuntimeError: the state machine broke)" in stop.detail
+
+
+def test_stop_runs_on_the_loop_while_progress_reports_arrive(in_process: InProcess) -> None:
+    # Processes that take a while to stop: the loop keeps taking their reports meanwhile,
+    # and every write to the store, the stop's too, is on the loop's thread (the store's
+    # one connection is never shared between threads).
+    in_process.launcher.exits_on_sigterm = False
+    running(in_process)
+    supervisor = in_process.supervisor
+    store = supervisor.store
+    writers: set[int] = set()
+    transaction = store.transaction
+
+    def recorded():  # type: ignore[no-untyped-def]
+        writers.add(threading.get_ident())
+        return transaction()
+
+    store.transaction = recorded  # type: ignore[method-assign]
+    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
+    reported: list[int] = []
+
+    async def story() -> None:
+        serving = asyncio.ensure_future(server.serve())
+        await asyncio.sleep(0.3)
+        server.request_stop()
+        for batch in range(2, 12):
+            for c in supervisor.model.containers:
+                in_process.report(c.container_id, batch=batch)
+            reported.append(batch)
+            await asyncio.sleep(0.05)
+        assert not serving.done()
+        for process in in_process.launcher.processes.values():
+            process.alive = False
+        await asyncio.wait_for(serving, 30)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(story())
+    finally:
+        loop.close()
+    assert writers == {threading.get_ident()}
+    assert len(reported) == 10
+    assert server.exit_code == 0
+    assert {c.state for c in Store(store.path).containers()} == {"stopped"}
