@@ -1,4 +1,4 @@
-"""Where a rescale's downtime goes, in a warm process: the profile behind the README's note.
+"""Where a rescale's downtime goes, in a warm process: the profile behind docs/benchmarks.md's note.
 
 Run: ``.venv/bin/python benchmarks/profile_rescale.py [KEYS]`` (default 1,000,000).
 One process builds ``KEYS`` keys of running-count state at factor 2 (the same

@@ -6,8 +6,8 @@ array (``binary`` or ``string``, nulls included) and sends the returned
 buffers with numpy, so no key becomes a Python object (except in a
 ``java_hash_code`` batch holding invalid UTF-8, which is decoded the way
 Java decodes it). A pandas UDF would receive a Series of ``bytes`` objects,
-one allocation per key; it measured 1.2x to 1.5x slower end to end (see the
-README's benchmark).
+one allocation per key; it measured 1.2x to 1.5x slower end to end (see
+docs/benchmarks.md).
 
 They are pickled by reference, so the worker must be able to ``import udfs``
 (it can whenever the driver's environment is the worker's, as in local mode

@@ -76,7 +76,7 @@ def assign(
 ) -> AssignmentResult:
     """Assign tasks to clients for one rebalance, KIP-441 style.
 
-    Rules (see the README's "Task assignment" section for the full text):
+    Rules (see docs/assignment.md, "Rules, as implemented", for the full text):
 
     * every task has exactly one active client; a stateful task also has
       ``min(num_standby_replicas, staying clients - 1)`` standbys, all on

@@ -16,7 +16,7 @@ Checked on every assignment: every rule of the assignor (``check_rules``,
 including a warning for every standby short and every stale report ignored)
 and that shuffling the input changes nothing; no input raises. Checked after every change:
 the assignment becomes balanced and stays put on a further rebalance, within
-the bound of the README. With ``P`` the moves the first rebalance leaves
+the bound of docs/assignment.md. With ``P`` the moves the first rebalance leaves
 pending and ``w`` = ``max_warmup_replicas``: ``ceil(P / w) + 2`` rebalances
 while the plan holds (KIP-441's ``ceil(moves / w) + 1``, plus one when
 standby moves must wait for active ones; asserted for 90% of each seed's

@@ -453,7 +453,7 @@ class TestColumns:
 
     def test_columns_are_scalar_arrow_udfs_not_pandas_udfs(self, spark: SparkSession) -> None:
         # An Arrow UDF hands the hash the batch's buffers; a pandas UDF would first box
-        # every key as a Python bytes object (see the README's UDF benchmark).
+        # every key as a Python bytes object (docs/benchmarks.md, key buckets and murmur2).
         source = spark.createDataFrame([(b"abc",)], "key binary")
         query = source.select(udfs.kafka_partition("key", 4), udfs.java_hash_code("key"))
         plan = query._jdf.queryExecution().executedPlan().toString()
