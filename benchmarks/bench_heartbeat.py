@@ -49,6 +49,9 @@ class NoProcesses:
     def kill(self, pid: int, container_id: str, sig: int) -> None:
         return None
 
+    def reap(self) -> None:
+        return None
+
 
 def serve(containers: int, root: str, port_out: multiprocessing.SimpleQueue) -> None:  # type: ignore[type-arg]
     tasks = tuple(f"Partition {p}" for p in range(containers))

@@ -84,6 +84,9 @@ class FakeLauncher:
                 process.killed = True
             process.alive = False
 
+    def reap(self) -> None:
+        return None
+
     def exit(self, container_id: str) -> None:
         """The container's process exits by itself."""
         for process in self.processes.values():

@@ -250,6 +250,12 @@ def register(subparsers: Any) -> None:
     change.add_argument(
         "--elasticity-factor", type=_factor, metavar="F", help="the new elasticity factor"
     )
+    change.add_argument(
+        "--cancel",
+        action="store_true",
+        help="roll back the change in flight: its warm-ups stop, the old owners keep their "
+        "tasks (refused once the change can no longer be rolled back)",
+    )
     scale.add_argument("--token", help="bearer token, if the coordinator requires one")
     scale.set_defaults(run=_scale)
     autoscale = commands.add_parser(
@@ -442,11 +448,13 @@ def _call(url_arg: str, path: str, token: str | None, body: Any = None) -> Any:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    body = (
-        {"containers": args.containers}
-        if args.containers is not None
-        else {"elasticityFactor": args.elasticity_factor}
-    )
+    body: dict[str, Any]
+    if args.cancel:
+        body = {"cancel": True}
+    elif args.containers is not None:
+        body = {"containers": args.containers}
+    else:
+        body = {"elasticityFactor": args.elasticity_factor}
     reply = _call(args.url, "/scale", args.token, body)
     print(reply["summary"])
     return 0
@@ -478,18 +486,39 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
+    state = status["jobState"]
     print(
-        f"job {status['job']}: job model {status['jobModelVersion']}, "
+        f"job {status['job']} {state['state']}: job model {status['jobModelVersion']}, "
         f"factor {status['elasticityFactor']}, partitions {status['partitions']}"
     )
+    if state["state"] != "running" and state["why"]:
+        print(f"  why: {state['why']}")
+    change = status["change"]
+    if change is not None:
+        cancel = "; can be cancelled (--cancel)" if change["cancellable"] else ""
+        print(
+            f"  change: {change['description']}, {change['inPhaseS']:.0f} s in this phase{cancel}"
+        )
+    ended: dict[str, int] = {}
     for c in status["containers"]:
         if c["state"] in ("launching", "warm", "running"):
+            lease = (
+                f"lease {c['leaseLeftS']} s"
+                if c["leaseLeftS"] is not None
+                else f"starting ({c.get('startupLeftS') or '-'} s left to register)"
+            )
             print(
                 f"  {c['containerId']:<16} {c['state']:<9} pid {c['pid'] or '-':<7} "
                 f"generation {c['generation']:<4} {len(c['tasks'])} tasks, "
-                f"lease {c['leaseLeftS']} s, last batch {c['lastBatch']}"
+                f"{lease}, last batch {c['lastBatch']}"
             )
-    lag = sum(t["lag"] for t in status["tasks"] if t["lag"] > 0)
-    print(f"  input lag: {lag} records")
+        else:
+            ended[c["state"]] = ended.get(c["state"], 0) + 1
+            if c.get("cause"):
+                print(f"  {c['containerId']:<16} {c['state']:<9} failed: {c['cause']}")
+    if ended:
+        print("  ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items())))
+    lag = status["inputLag"]
+    print(f"  input lag: {'unknown' if lag is None else f'{lag} records'}")
     sys.stdout.flush()
     return 0

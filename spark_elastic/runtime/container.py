@@ -98,12 +98,18 @@ from spark_elastic.runtime.follow import (
 from spark_elastic.runtime.generations import fork_committed
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import BatchContext, Job, LogInput, load_job_and_module
-from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
+from spark_elastic.runtime.lease import (
+    RESTART_TOLERANCE_S,
+    ContainerLease,
+    LeaseTerms,
+    gives_up,
+)
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
     COORDINATOR_URL_ENV,
     JOB_ENV,
     ContainerModel,
+    FailureReport,
     HeartbeatReply,
     JobModel,
     ProgressReport,
@@ -134,6 +140,28 @@ EXIT_OK = 0
 EXIT_FENCED = 1
 READ_METRIC = "spark_elastic_read"
 OWN_METRIC = "spark_elastic_own"
+
+
+def first_line(error: BaseException | str) -> str:
+    """An error in one line, as the coordinator shows it: ``Type: first line of message``.
+
+    Parameters
+    ----------
+    error
+        An exception, or a line already.
+
+    Returns
+    -------
+    str
+        At most :attr:`FailureReport.MAX_ERROR` characters.
+    """
+    if isinstance(error, str):
+        text = error
+    else:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        text = f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    text = " ".join(text.split()) or "unknown error"
+    return text[: FailureReport.MAX_ERROR]
 
 
 def _log(message: str) -> None:
@@ -380,6 +408,22 @@ class CoordinatorClient:
         """
         return HeartbeatReply.from_json(self._call("/containers/progress", report.to_json()))
 
+    def report_failure(self, container_id: str, error: BaseException | str) -> None:
+        """``POST /containers/failure``: why this container fails, before it exits.
+
+        Best effort: a coordinator out of reach learns of it from the lease.
+
+        Parameters
+        ----------
+        container_id
+            This container's id.
+        error
+            The exception (its type and first line are sent) or a line.
+        """
+        report = FailureReport(container_id, first_line(error))
+        with contextlib.suppress(OSError, ValueError, ProtocolError):
+            self._call("/containers/failure", report.to_json())
+
     def job_model(self) -> JobModel:
         """``GET /jobModel``.
 
@@ -418,13 +462,13 @@ class _Heartbeats(threading.Thread):
                 reply = self._client.heartbeat(self._settings.container_id)
             except (OSError, ValueError, ProtocolError) as exc:
                 failures += 1
-                # Samza gives up after its retries; we also wait until the lease has been over for
-                # another lease's length, so a coordinator restart shorter than two leases stops
-                # nothing (meanwhile no write can start: the lease is what fences, not this).
-                patience = -self.lease_s
-                if (
-                    failures > self._settings.heartbeat_retries
-                    and self._lease.remaining() < patience
+                # Samza gives up after its retries; we also wait a while past the lease's end,
+                # so a coordinator restart of up to RESTART_TOLERANCE_S stops nothing.
+                if gives_up(
+                    failures,
+                    self._settings.heartbeat_retries,
+                    self._lease.remaining(),
+                    self.lease_s,
                 ):
                     _log(f"coordinator unreachable after {failures} heartbeats ({exc}); stopping")
                     self._dead.set()
@@ -577,7 +621,8 @@ def _start_query(
     """
     output = _output(spark, job, plan, mine, starts, gate)
     sink, container_id, generation = job.sink, mine.container_id, mine.generation
-    wait_s = settings.shutdown_s
+    # A write waits for a renewal through a coordinator restart (its lease lapsed meanwhile).
+    wait_s = max(settings.shutdown_s, RESTART_TOLERANCE_S + settings.heartbeat_s * 2)
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
@@ -1206,9 +1251,26 @@ def run_container(settings: ContainerSettings) -> int:
     int
         The process exit code.
     """
-    job, module = load_job_and_module(settings.job)
     timeout = settings.heartbeat_timeout_s or min(5.0, max(1.0, 2 * settings.heartbeat_s))
     client = CoordinatorClient(settings.coordinator_url, settings.token, timeout)
+    started: list[StreamingQuery] = []
+    try:
+        return _run_container(settings, client, started)
+    except Exception as exc:
+        # Why it fails goes where the operator looks (the coordinator's events and status),
+        # not only into this log, but only once nothing of it can write: its query stopped.
+        _log(f"failed: {first_line(exc)}")
+        for query in started:
+            _stop_within(query, settings.shutdown_s)
+        client.report_failure(settings.container_id, exc)
+        raise
+
+
+def _run_container(
+    settings: ContainerSettings, client: CoordinatorClient, started: list[StreamingQuery]
+) -> int:
+    """:func:`run_container`'s life; every query it starts is put in ``started`` at once."""
+    job, module = load_job_and_module(settings.job)
     # On this side only the write budget and the drift allowance matter; the lease's length
     # comes with every reply, and the margin is the coordinator's.
     terms = LeaseTerms(
@@ -1284,6 +1346,7 @@ def run_container(settings: ContainerSettings) -> int:
     since = ""
     if replayer is not None:
         query = replayer.take_over(mine, model)
+        started.append(query)
         # Its batches so far were the warm-up's (no output): not reported as the owner's.
         since = max(
             (p.get("timestamp", "") for p in map(_progress_json, query.recentProgress)), default=""
@@ -1293,6 +1356,7 @@ def run_container(settings: ContainerSettings) -> int:
             spark = _job_session(job, module, settings)
         starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
         query = _start_query(spark, job, plan, mine, lease, settings, starts)
+        started.append(query)
     _log(
         f"running tasks {', '.join(mine.tasks)} in generation {mine.generation} "
         f"({time.monotonic() - given:.1f} s after they were given)"
@@ -1371,6 +1435,12 @@ def _supervise(
             error = query.exception()
             fenced = error is not None and "FencedError" in str(error)
             _log("fenced: stopped before writing" if fenced else f"query ended: {error}")
+            if not fenced:
+                # Its query has ended: nothing of this container writes any more.
+                client.report_failure(
+                    mine.container_id,
+                    first_line(error) if error is not None else "the query stopped by itself",
+                )
             return EXIT_FENCED
         for progress in map(_progress_json, query.recentProgress):
             batch, at = progress.get("batchId"), progress.get("timestamp")

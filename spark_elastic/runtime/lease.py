@@ -37,9 +37,37 @@ from dataclasses import dataclass
 
 from spark_elastic.errors import ArgumentError, FencedError
 
-__all__ = ["ContainerLease", "LeaseTerms"]
+__all__ = ["RESTART_TOLERANCE_S", "ContainerLease", "LeaseTerms", "gives_up"]
 
 Clock = Callable[[], float]
+
+RESTART_TOLERANCE_S = 30.0
+"""How long past its lease's end a container keeps trying to reach its coordinator, at
+least: a coordinator restart this long stops no container, whatever the lease (no write
+starts meanwhile: the lease is what fences, not this)."""
+
+
+def gives_up(failures: int, retries: int, remaining_s: float, lease_s: float) -> bool:
+    """Whether a container stops after failed heartbeats (Samza's retries, then patience).
+
+    Parameters
+    ----------
+    failures
+        Failed heartbeats in a row.
+    retries
+        How many it tolerates (Samza's ``retry.count``).
+    remaining_s
+        Its lease left, negative once over.
+    lease_s
+        The lease's length.
+
+    Returns
+    -------
+    bool
+        True once past its retries **and** its lease has been over for a
+        lease's length or :data:`RESTART_TOLERANCE_S`, whichever is longer.
+    """
+    return failures > retries and remaining_s < -max(lease_s, RESTART_TOLERANCE_S)
 
 
 @dataclass(frozen=True)

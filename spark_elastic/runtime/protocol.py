@@ -40,6 +40,7 @@ __all__ = [
     "COORDINATOR_URL_ENV",
     "JOB_ENV",
     "ContainerModel",
+    "FailureReport",
     "HeartbeatReply",
     "JobModel",
     "ProgressReport",
@@ -427,6 +428,40 @@ class Registration:
             _non_negative(_field(doc, "pid", int, where), where),
             app,
         )
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    """A container saying why it failed, just before it exits (its query has stopped).
+
+    Attributes
+    ----------
+    container_id
+        The failed container.
+    error
+        The exception's first line (at most 1,000 characters).
+    """
+
+    container_id: str
+    error: str
+
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"containerId", "error"})
+    MAX_ERROR: ClassVar[int] = 1000
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form."""
+        return {"containerId": self.container_id, "error": self.error}
+
+    @classmethod
+    def from_json(cls, document: object, where: str = "failure") -> FailureReport:
+        """Parse the wire form, refusing any other shape."""
+        doc = _object(document, where, cls._KEYS)
+        error = _field(doc, "error", str, where)
+        if not error.strip() or len(error) > cls.MAX_ERROR:
+            raise ProtocolError(
+                f"{where}.error: expected 1 to {cls.MAX_ERROR} characters, found {len(error)}"
+            )
+        return cls(validate_container_id(_field(doc, "containerId", str, where)), error)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,10 @@ token. Errors are JSON: ``{"error": "one line"}``.
 
 Endpoints: ``GET /jobModel``, ``GET /containerHeartbeat?executionContainerId=ID``,
 ``POST /containers/register``, ``POST /containers/progress``,
+``POST /containers/failure`` (``{"containerId", "error"}``: why a container fails),
 ``POST /scale`` (``{"containers": N}`` or ``{"elasticityFactor": F}``; 409 while
-another change is under way),
+another change is under way; ``{"cancel": true}`` rolls the change in flight back,
+409 when it can no longer be),
 ``POST /autoscaler`` (``{"enabled": b}``, ``{"pinned": N}``, bounds
 ``{"minContainers": A, "maxContainers": B}``, and the policy's other settings),
 ``GET /`` (status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
@@ -52,7 +54,12 @@ from spark_elastic.errors import (
     SparkElasticError,
     StoreFencedError,
 )
-from spark_elastic.runtime.protocol import ProgressReport, Registration, validate_container_id
+from spark_elastic.runtime.protocol import (
+    FailureReport,
+    ProgressReport,
+    Registration,
+    validate_container_id,
+)
 from spark_elastic.runtime.supervisor import Supervisor
 
 __all__ = ["CoordinatorServer", "bind", "is_loopback"]
@@ -307,6 +314,7 @@ class CoordinatorServer:
         app.router.add_get("/containerHeartbeat", self._heartbeat)
         app.router.add_post("/containers/register", self._register)
         app.router.add_post("/containers/progress", self._progress)
+        app.router.add_post("/containers/failure", self._failure)
         app.router.add_post("/scale", self._scale)
         app.router.add_post("/autoscaler", self._autoscaler)
         app.router.add_get("/status.json", self._status)
@@ -377,11 +385,25 @@ class CoordinatorServer:
         report = ProgressReport.from_json(await self._json_body(request))
         return web.json_response(self.supervisor.progress(report).to_json())
 
+    async def _failure(self, request: web.Request) -> web.Response:
+        report = FailureReport.from_json(await self._json_body(request))
+        reply = self.supervisor.report_failure(report.container_id, report.error)
+        return web.json_response(reply.to_json())
+
     async def _scale(self, request: web.Request) -> web.Response:
         body = await self._json_body(request)
-        if not isinstance(body, dict) or set(body) not in ({"containers"}, {"elasticityFactor"}):
-            raise ProtocolError('/scale: expected {"containers": N} or {"elasticityFactor": F}')
-        if "containers" in body:
+        shapes = ({"containers"}, {"elasticityFactor"}, {"cancel"})
+        if (
+            not isinstance(body, dict)
+            or set(body) not in shapes
+            or body.get("cancel", True) is not True
+        ):
+            raise ProtocolError(
+                '/scale: expected {"containers": N}, {"elasticityFactor": F} or {"cancel": true}'
+            )
+        if "cancel" in body:
+            summary = self.supervisor.cancel_change()
+        elif "containers" in body:
             summary = self.supervisor.scale(body["containers"])
         else:
             summary = self.supervisor.change_factor(body["elasticityFactor"])
@@ -584,6 +606,33 @@ def _move_section(move: dict[str, Any] | None) -> str:
     )
 
 
+_LIVE = ("launching", "warm", "running")
+
+
+def _job_line(status: dict[str, Any]) -> str:
+    """The job's state and the change in flight, with its target: what an operator asks first."""
+    e = html.escape
+    state = status["jobState"]
+    line = f"<p class='job {e(state['state'])}'>Job {e(state['state'])}"
+    if state["state"] != "running" and state["why"]:
+        line += f": {e(state['why'])}"
+    lag = status["inputLag"]
+    line += f". Input lag: {'unknown' if lag is None else f'{lag:,} records'}.</p>"
+    change = status["change"]
+    if change is not None:
+        deadline = (
+            ""
+            if change["deadlineS"] is None
+            else f" (deadline {change['deadlineS']:.0f} s, then {change['atDeadline']})"
+        )
+        cancel = " It can be cancelled (job scale URL --cancel)." if change["cancellable"] else ""
+        line += (
+            f"<p class='change'>Change in flight: {e(change['description'])}, "
+            f"{change['inPhaseS']:.0f} s in this phase{deadline}.{cancel}</p>"
+        )
+    return line
+
+
 def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
@@ -609,15 +658,25 @@ def render_page(status: dict[str, Any]) -> str:
     """
     e = html.escape
     rows = []
+    ended: dict[str, int] = {}
     for c in status["containers"]:
+        if c["state"] not in _LIVE:
+            ended[c["state"]] = ended.get(c["state"], 0) + 1
+            if not c.get("cause"):
+                continue  # folded away: counted below the table
         lease = c["leaseLeftS"]
         lease_state = "-" if lease is None else ("valid" if lease > 0 else "expired")
+        if lease is None and c.get("startupLeftS") is not None:
+            lease_state = f"starting ({c['startupLeftS']:.0f} s left to register)"
+        elif c.get("cause"):
+            lease_state = f"failed: {c['cause']}"
         amplification = c["readAmplification"]
         rows.append(
             f"<tr class='{e(c['state'])}'><td>{e(c['containerId'])}</td><td>{e(c['state'])}</td>"
             f"<td>{c['pid'] or '-'}</td><td>{c['generation']}</td>"
             f"<td>{e(', '.join(c['tasks']))}</td><td>{_age(c['heartbeatAgeS'])}</td>"
-            f"<td>{lease_state} ({_age(lease)})</td><td>{_or_dash(c['lastBatch'])}</td>"
+            f"<td>{e(lease_state)}{'' if lease is None else f' ({_age(lease)})'}</td>"
+            f"<td>{_or_dash(c['lastBatch'])}</td>"
             f"<td>{'-' if amplification is None else f'{amplification:.2f}'}</td></tr>"
         )
     tasks = "".join(
@@ -630,6 +689,7 @@ def render_page(status: dict[str, Any]) -> str:
         f"<td>{e(ev['kind'])}</td><td>{e(ev['container'])}</td><td>{e(ev['detail'])}</td></tr>"
         for ev in status["events"]
     )
+    folded = ", ".join(f"{n} {state}" for state, n in sorted(ended.items()))
     lease = status["lease"]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
@@ -638,12 +698,14 @@ def render_page(status: dict[str, Any]) -> str:
 body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }}
-th {{ background: #f0f0f0; }} tr.expired td {{ color: #999; }}
+th {{ background: #f0f0f0; }} tr.expired td, tr.retired td {{ color: #999; }}
+p.job.failed {{ color: #b00; font-weight: bold; }} p.change {{ color: #a60; }}
 tr.running td:nth-child(2) {{ color: #070; }} tr.warm td:nth-child(2) {{ color: #a60; }}
 h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
 </style></head><body>
 <h1>Job {e(status["job"])}: job model {status["jobModelVersion"]},
 elasticity factor {status["elasticityFactor"]}</h1>
+{_job_line(status)}
 <p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
 margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
 {_monitor_line(status["partitionMonitor"])}
@@ -652,6 +714,7 @@ margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
 <table><tr><th>container</th><th>state</th><th>pid</th><th>generation</th><th>virtual tasks</th>
 <th>heartbeat age</th><th>lease</th><th>last batch</th><th>read amplification</th></tr>
 {"".join(rows)}</table>
+<p>Ended containers (not shown unless they failed): {folded or "none"}.</p>
 <h2>Warm-ups and pending moves</h2>
 {_move_section(status["move"])}
 <h2>Tasks</h2>

@@ -74,6 +74,17 @@ from spark_elastic.runtime.autoscaler import (
     evaluate,
     processing_rate,
 )
+from spark_elastic.runtime.changes import (
+    CATCHING_UP,
+    DRAINING,
+    HANDING_OVER,
+    WARMING,
+    Change,
+    StartFailures,
+    backoff_s,
+    deadline_outcome,
+    refuse_cancel,
+)
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.keys import Holders, buckets_at, parsed
 from spark_elastic.runtime.lease import LeaseTerms
@@ -156,6 +167,15 @@ class JobShape:
             ``<root>/generations/<generation:06d>-<container_id>``.
         """
         return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
+
+
+def _change_of(kind: str, summary: str, **target: Any) -> tuple[str, str, dict[str, Any]]:
+    return kind, summary, dict(target)
+
+
+def _cause_of(reason: str) -> str:
+    """A failure's cause without its figures, so that failures of one cause count together."""
+    return "lease expired" if reason.startswith("lease expired") else reason
 
 
 def _sorted(containers: Sequence[ContainerModel]) -> tuple[ContainerModel, ...]:
@@ -380,6 +400,10 @@ class Launcher(Protocol):
         even once its main process has exited."""
         ...
 
+    def reap(self) -> None:
+        """Collect the exit status of containers that exited (no zombies); called each tick."""
+        ...
+
 
 @dataclass
 class LocalLauncher:
@@ -460,6 +484,16 @@ class LocalLauncher:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
 
+    def reap(self) -> None:
+        """Wait for every child that exited, so none stays a zombie until the coordinator exits.
+
+        A reaped child is forgotten here: from then on ``alive`` asks /proc,
+        which checks the container's id, so a reused PID is never taken for it.
+        """
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[pid]
+
 
 def _of_container(pid: int, container_id: str) -> int | None:
     """``pid``'s process group when it is a live (not zombie) process of that container."""
@@ -490,6 +524,9 @@ class _Live:
     renewed_at: float
     registered: bool
     last_valid_beat: float = 0.0
+    launched_at: float = 0.0
+    """When it was launched (or the coordinator restarted): its start-up bound counts from
+    here, whatever it heartbeats before it registers."""
 
 
 class Supervisor:
@@ -533,6 +570,14 @@ class Supervisor:
         they stop after it anyway. They keep publishing meanwhile, so waiting
         costs no output; stopping them early makes the new owners' first
         batch apply what the warm-ups had not.
+    warm_up_deadline_s
+        How long a move's warm-ups may take to be ready (each group's
+        warming phase): past it the move is rolled back, or, once a group has
+        moved, its warm-ups start again (:mod:`.changes`).
+    max_start_failures
+        Failures in a row, of one cause, of a task set's containers before
+        their first commit, after which the job stops as failed (saying why);
+        until then each successor launches after an exponential backoff.
     """
 
     def __init__(
@@ -551,8 +596,26 @@ class Supervisor:
         autoscaler: AutoscalerConfig | None = None,
         warm_ups: bool = True,
         catch_up_s: float = 60.0,
+        warm_up_deadline_s: float = 600.0,
+        max_start_failures: int = 5,
     ) -> None:
         self.shape = shape
+        self.warm_up_deadline_s = warm_up_deadline_s
+        self.max_start_failures = max_start_failures
+        self.change: Change | None = None
+        """The change in flight (growth, scale, factor change), or None."""
+        self._phase_started = clock()
+        # Crash loops: failures at start carried from a container to its successor, when
+        # each successor may launch (backoff), what containers said killed them, and which
+        # containers committed a batch (a commit ends a crash loop).
+        self._start_failures: dict[str, StartFailures] = {}
+        self._not_before: dict[str, float] = {}
+        self._causes: dict[str, str] = {}
+        self._committed: set[str] = set()
+        # Processes to SIGKILL at a time (clock) unless they exited: cancelled warm-ups,
+        # containers of a failed job.
+        self._kill_at: dict[str, float] = {}
+        self._job_state: dict[str, Any] = {"state": "running", "at": None, "why": ""}
         self.warm_ups = warm_ups
         self.catch_up_s = catch_up_s
         self.store = store
@@ -594,7 +657,11 @@ class Supervisor:
         if claimed:
             store.claim(url)
         try:
+            text = self.store.meta("jobState")
+            if text:
+                self._job_state = dict(json.loads(text))
             self.model = self._load_or_plan(containers)
+            self.change = self._load_change()
             self.autoscaler = self._load_autoscaler(autoscaler)
         except BaseException:
             if claimed:
@@ -613,7 +680,9 @@ class Supervisor:
             self._records[record.id] = record
             if record.live:
                 # Renewal times died with the previous coordinator: a fresh lease from now.
-                self._live[record.id] = _Live(now, record.state in ("running", "warm"))
+                self._live[record.id] = _Live(
+                    now, record.state in ("running", "warm"), launched_at=now
+                )
             elif record.state == "retired" and record.pid is not None:
                 # It may still be stopping: its successor waits for it as for a live lease.
                 self._retired[record.id] = now
@@ -630,7 +699,8 @@ class Supervisor:
         """
 
         def stopped(c: ContainerModel) -> bool:
-            return self._records[c.container_id].state == "stopped"
+            # A failed job's containers are stopped, the one that failed last is "failed".
+            return self._records[c.container_id].state in ("stopped", "failed")
 
         owners = [c for c in model.containers if stopped(c)]
         warmups = [w for w in model.warmups if stopped(w)]
@@ -674,6 +744,7 @@ class Supervisor:
         now = self.clock()
         for live in self._live.values():
             live.renewed_at = max(live.renewed_at, now)
+            live.launched_at = max(live.launched_at, now)
         for old_id in self._retired:
             self._retired[old_id] = max(self._retired[old_id], now)
             if old_id in self._finishing:
@@ -756,6 +827,7 @@ class Supervisor:
                 and record.pid is None
                 and not self._waits(record)
                 and not self._cold(record.id)
+                and self._not_before.get(record.id, 0.0) <= self.clock()
             ):
                 self._launch(record)
 
@@ -811,7 +883,7 @@ class Supervisor:
                 db, "launch", record.id, f"pid {pid}, generation {record.generation}"
             )
         self._set(record.id, pid=pid, launched_at=time.time())
-        self._live[record.id] = _Live(self.clock(), False)
+        self._live[record.id] = _Live(self.clock(), False, launched_at=self.clock())
 
     def _set(self, container_id: str, **changes: Any) -> None:
         record = self._records[container_id]
@@ -890,12 +962,16 @@ class Supervisor:
             # A warm-up registers once its Spark application is up: ready for the move.
             warmup = self.model.warmup(cid)
             state = "warm" if warmup is not None else "running"
+            # The launcher's handle stays the container's: the PID it reports is its own,
+            # on a host the coordinator may not share.
+            pid = self._records[cid].pid
+            pid = registration.pid if pid is None else pid
             with self.store.transaction() as db:
                 self.store.update_container(
                     db,
                     cid,
                     state=state,
-                    pid=registration.pid,
+                    pid=pid,
                     spark_app=registration.spark_app_id,
                     registered_at=time.time(),
                 )
@@ -908,7 +984,7 @@ class Supervisor:
                     )
                 else:
                     self.store.add_event(db, "register", cid, f"pid {registration.pid}")
-            self._set(cid, state=state, pid=registration.pid, registered_at=time.time())
+            self._set(cid, state=state, pid=pid, registered_at=time.time())
         return reply
 
     def progress(self, report: ProgressReport) -> HeartbeatReply:
@@ -935,6 +1011,8 @@ class Supervisor:
                 )
             self.store.save_progress(report)
             self._keep_report(report)
+            self._committed.add(report.container_id)
+            self._start_failures.pop(report.container_id, None)
         return reply
 
     def _keep_report(self, report: ProgressReport) -> None:
@@ -956,6 +1034,15 @@ class Supervisor:
             now,
             self.autoscaler.rate_window_s,
         )
+
+    def _partitions_of(self, progress: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+        """Each task's partitions, as its owner reported them, else as the job model plans them."""
+        planned = self._task_partitions()
+        result = {}
+        for task in self.model.owner_of():
+            offsets = progress.get(task, {}).get("offsets") or planned.get(task, {})
+            result[task] = frozenset(f"{t}/{p}" for t, ps in offsets.items() for p in ps)
+        return result
 
     def _task_lags(self) -> dict[str, int]:
         """Each task's lag as its current owner reported it; -1 until the owner reports
@@ -983,20 +1070,30 @@ class Supervisor:
         # Not registered: it never held a lease, so it cannot have written anything.
         if record.pid is not None and not self.launcher.alive(record.pid, container_id):
             return "its process exited before it registered"
-        if now > live.renewed_at + self.startup_s:
-            return f"it did not register within {self.startup_s:.0f} s"
+        # A warm-up's readiness is bounded by its change's deadline (it may take long to
+        # follow its old owners); anything else must register within the start-up bound,
+        # counted from its launch whatever it heartbeats meanwhile.
+        if self.model.warmup(container_id) is None and now > live.launched_at + self.startup_s:
+            return f"it did not register within {self.startup_s:.0f} s of its launch"
         return None
 
     def tick(self) -> None:
         """Fail over every container whose lease (or start-up time) ran out; launch pending ones."""
+        self.launcher.reap()
+        self._kill_doomed()
+        if self._job_state["state"] != "running":
+            return  # a failed job: nothing is launched or moved until `job run` resumes it
         now = self.clock()
         for container_id in sorted(self._live):
             reason = self._expired(container_id, now)
-            if reason is not None:
+            if reason is not None and container_id in self._live:
                 self._fail_over(container_id, reason)
+            if self._job_state["state"] != "running":
+                return
         self._advance_growth()
         self._advance_move()
         self._reap_retired()
+        self._settle_change()
         self.launch_pending()
         if self.autoscaler.mode != "off":
             try:
@@ -1017,12 +1114,7 @@ class Supervisor:
             True once per ``partition_check_s`` while a watch is set and no
             growth is under way.
         """
-        if (
-            self.watch is None
-            or self._growth() is not None
-            or self.model.warmups
-            or self.clock() < self._next_check
-        ):
+        if self.watch is None or self.change is not None or self.clock() < self._next_check:
             return False
         self._next_check = self.clock() + self.partition_check_s
         return True
@@ -1062,6 +1154,13 @@ class Supervisor:
             growth = {"counts": dict(counts), "barrier": barrier}
             with self.store.transaction() as db:
                 self.store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
+                self._begin_change(
+                    db,
+                    "growth",
+                    f"partitions {dict(self.model.partitions)} -> {dict(counts)}",
+                    {"partitions": dict(counts)},
+                    DRAINING,
+                )
                 self.store.add_event(
                     db,
                     "partitions",
@@ -1121,6 +1220,7 @@ class Supervisor:
             )
             self.store.save_model(db, model)
             self.store.set_meta(db, "growth", "")
+            self._phase(db, HANDING_OVER)
             for record, new in zip(old, successors, strict=True):
                 self.store.update_container(db, record.id, state="retired", ended_at=time.time())
                 self.store.add_event(
@@ -1132,6 +1232,195 @@ class Supervisor:
                 )
         self._retire(old)
         self.model = model
+
+    # the change in flight
+
+    def _load_change(self) -> Change | None:
+        text = self.store.meta("change")
+        if not text:
+            return None
+        change = Change.from_json(json.loads(text))
+        # Deadlines run on the monotonic clock: re-based on how long the phase has lasted.
+        self._phase_started = self.clock() - max(0.0, time.time() - change.phase_since)
+        return change
+
+    def _save_change(self, db: Any, change: Change | None) -> None:
+        """Persist the change in flight (None: none); its phase's clock restarts on a new phase."""
+        old = self.change
+        if change is not None and (
+            old is None or (change.phase, change.moved) != (old.phase, old.moved)
+        ):
+            self._phase_started = self.clock()
+        self.store.set_meta(
+            db, "change", "" if change is None else json.dumps(change.to_json(), sort_keys=True)
+        )
+        self.change = change
+
+    def _begin_change(
+        self, db: Any, kind: str, summary: str, target: dict[str, Any], phase: str, groups: int = 1
+    ) -> None:
+        now = time.time()
+        self._save_change(db, Change(kind, summary, target, phase, now, now, groups))
+
+    def _phase(self, db: Any, phase: str) -> None:
+        if self.change is not None:
+            self._save_change(db, self.change.at(phase, time.time()))
+
+    def _change_done(self) -> bool:
+        """Nothing of the change is left: no warm-up, no drain, no predecessor still
+        stopping, and every container of the job model runs."""
+        return (
+            not self.model.warmups
+            and self._growth() is None
+            and not self._retired
+            and all(self._records[c.container_id].state == "running" for c in self.model.containers)
+        )
+
+    def _settle_change(self) -> None:
+        """End a change that is done; apply its phase's deadline (:mod:`.changes`)."""
+        change = self.change
+        if change is None:
+            return
+        if self._change_done():
+            took = time.time() - change.started_at
+            with self.store.transaction() as db:
+                self._save_change(db, None)
+                self.store.add_event(db, "change", detail=f"{change.summary}: done in {took:.0f} s")
+            return
+        elapsed = self.clock() - self._phase_started
+        outcome = deadline_outcome(change, elapsed, self.warm_up_deadline_s)
+        if outcome == "roll back":
+            self._roll_back(
+                f"its warm-ups were not ready within {self.warm_up_deadline_s:.0f} s",
+                "deadline",
+            )
+        elif outcome == "go on":
+            late = [
+                w.container_id
+                for w in self.model.warmups
+                if self._records[w.container_id].state == "launching"
+            ]
+            self.store.event(
+                "deadline",
+                detail=f"{change.describe()}: warm-ups {late} not ready within "
+                f"{self.warm_up_deadline_s:.0f} s; a group has moved already, so the change "
+                "goes on and they start again",
+            )
+            for container_id in late:
+                if container_id in self._live:
+                    self._fail_over(container_id, "not ready within its change's deadline")
+            self._phase_started = self.clock()
+
+    def cancel_change(self) -> str:
+        """Roll the change in flight back: its warm-ups stop, the old owners keep their tasks.
+
+        Returns
+        -------
+        str
+            What was rolled back, in one line.
+
+        Raises
+        ------
+        ChangeRefusedError
+            No change is under way, or it can no longer be rolled back (a
+            growth; a group has handed over; its old owners are stopping).
+        """
+        refusal = refuse_cancel(self.change)
+        if refusal is not None:
+            raise ChangeRefusedError(refusal)
+        return self._roll_back("cancelled by the operator", "cancel")
+
+    def _roll_back(self, why: str, kind: str) -> str:
+        change = self.change
+        assert change is not None  # noqa: S101 - callers checked
+        warmups = [w.container_id for w in self.model.warmups]
+        with self.store.transaction() as db:
+            for container_id in warmups:
+                self.store.update_container(
+                    db, container_id, state="cancelled", ended_at=time.time()
+                )
+            model = replace(self.model, version=self.model.version + 1, warmups=(), stopping=())
+            self.store.save_model(db, model)
+            self._save_change(db, None)
+            summary = (
+                f"{change.summary} rolled back: {why}; warm-ups {', '.join(warmups)} stop, "
+                f"the old owners keep their tasks (job model {model.version})"
+            )
+            self.store.add_event(db, kind, detail=summary)
+        for container_id in warmups:
+            self._doom(container_id, "cancelled")
+        self._caught_up.clear()
+        self._catching_up_since = None
+        self.model = model
+        return summary
+
+    def _doom(self, container_id: str, state: str) -> None:
+        """No lease any more: SIGTERM now, SIGKILL a lease later unless it exited."""
+        self._live.pop(container_id, None)
+        self._set(container_id, state=state, ended_at=time.time())
+        record = self._records[container_id]
+        if record.pid is not None:
+            self.launcher.terminate(record.pid, container_id)
+            self._kill_at[container_id] = self.clock() + self.terms.lease_s
+
+    def _kill_doomed(self) -> None:
+        """The one place a doomed container's process is killed, once its time is up."""
+        for container_id, at in list(self._kill_at.items()):
+            record = self._records[container_id]
+            pid = record.pid or 0
+            if not self.launcher.alive(pid, container_id):
+                self.launcher.kill(pid, container_id, signal.SIGKILL)  # what is left of it
+                del self._kill_at[container_id]
+            elif self.clock() > at:
+                self.launcher.kill(pid, container_id, signal.SIGKILL)
+
+    # crash loops
+
+    def report_failure(self, container_id: str, cause: str) -> HeartbeatReply:
+        """A container says why it failed, before it exits (its query has stopped).
+
+        Its tasks move at once, as after an expired lease (nothing of it
+        writes any more), and the cause shows in the events and the status.
+
+        Parameters
+        ----------
+        container_id
+            The failed container.
+        cause
+            The exception's first line.
+
+        Returns
+        -------
+        HeartbeatReply
+            ``alive: false``.
+        """
+        cause = " ".join(cause.split())[:500] or "unknown"
+        self._causes[container_id] = cause
+        if container_id in self._records:
+            self.store.event("fail", container_id, cause)
+        if container_id in self._live and self._job_state["state"] == "running":
+            self._fail_over(container_id, f"it failed: {cause}")
+        return HeartbeatReply(False, 0, self.model.version)
+
+    def _fail_job(self, old_id: str, reason: str, tally: StartFailures) -> None:
+        """Too many failures at start: every container stops, the job is failed, saying why."""
+        why = f"{tally.count} containers in a row failed before their first commit: {tally.cause}"
+        others = [r.id for r in self._records.values() if r.live and r.id != old_id]
+        with self.store.transaction() as db:
+            self.store.update_container(db, old_id, state="failed", ended_at=time.time())
+            for container_id in others:
+                self.store.update_container(db, container_id, state="stopped", ended_at=time.time())
+            self.store.add_event(db, "expire", old_id, reason)
+            self.store.add_event(
+                db, "failed", detail=f"job failed: {why}; `job run` again resumes it once fixed"
+            )
+            self._set_job_state(db, "failed", why)
+            if self.change is not None:
+                self._save_change(db, None)
+        self._doom(old_id, "failed")
+        for container_id in others:
+            self._doom(container_id, "stopped")
+        self._count("failovers")
 
     # 6. scale
 
@@ -1190,7 +1479,7 @@ class Supervisor:
         new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
         owner = {t: c for c in current for t in c.tasks}
         if self.shape.stateful:
-            return self._warm_up(current, new_sets, len(kept), len(moved), reason)
+            return self._warm_up(current, new_sets, len(kept), len(moved), reason, containers)
         with self.store.transaction() as db:
             successors = [
                 self._new_container(
@@ -1220,6 +1509,13 @@ class Supervisor:
                 self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
             else:
                 self.store.add_event(db, "scale", detail=summary)
+            self._begin_change(
+                db,
+                "scale",
+                f"{len(current)} -> {containers} containers",
+                {"containers": containers},
+                HANDING_OVER,
+            )
             for record in moved:
                 self.store.update_container(
                     db, record.container_id, state="retired", ended_at=time.time()
@@ -1237,9 +1533,13 @@ class Supervisor:
         kept: int,
         moved: int,
         reason: str,
+        containers: int,
     ) -> str:
         """Launch the successors of a stateful scale as warm-ups; the old owners keep running."""
         return self._start_move(
+            _change_of(
+                "scale", f"{len(current)} -> {containers} containers", containers=containers
+            ),
             new_sets,
             lambda warmups, version: (
                 f"{len(current)} -> {kept + warmups} containers: {kept} keep their tasks, "
@@ -1251,11 +1551,15 @@ class Supervisor:
 
     def _start_move(
         self,
+        what: tuple[str, str, dict[str, Any]],
         sets: Sequence[tuple[str, ...]],
         describe: Callable[[int, int], str],
         reason: str,
     ) -> str:
-        """Add a warm-up per non-empty task set to the job model; its event says ``describe``."""
+        """Add a warm-up per non-empty task set to the job model; its event says ``describe``.
+
+        ``what`` is the change's kind, summary and target.
+        """
         with self.store.transaction() as db:
             warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
             self._mark_move(db, warmups)
@@ -1265,6 +1569,8 @@ class Supervisor:
                 warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
             )
             self.store.save_model(db, model)
+            kind, title, target = what
+            self._begin_change(db, kind, title, target, WARMING, len(self._move_groups(model)))
             summary = describe(len(warmups), model.version)
             if reason:
                 self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
@@ -1280,7 +1586,9 @@ class Supervisor:
         if warmups:
             self.store.set_meta(db, "moveFrom", str(min(w.generation for w in warmups)))
 
-    def _move_groups(self) -> list[tuple[list[ContainerModel], list[ContainerModel]]]:
+    def _move_groups(
+        self, model: JobModel | None = None
+    ) -> list[tuple[list[ContainerModel], list[ContainerModel]]]:
         """The pending move in groups that move together: (warm-ups, the owners they take from).
 
         Warm-ups that take tasks from a common owner share a group (that owner
@@ -1288,10 +1596,11 @@ class Supervisor:
         are in order of their first warm-up's id, and move one at a time, so
         the rest of the job keeps running.
         """
-        holders = Holders(self.model.containers)
-        by_id = {c.container_id: c for c in self.model.containers}
+        model = model or self.model
+        holders = Holders(model.containers)
+        by_id = {c.container_id: c for c in model.containers}
         groups: list[tuple[set[str], set[str]]] = []
-        for warm in self.model.warmups:
+        for warm in model.warmups:
             owners = holders.of(warm.tasks)
             joined = [g for g in groups if g[1] & owners]
             merged = ({warm.container_id}, set(owners))
@@ -1300,7 +1609,7 @@ class Supervisor:
                 merged[1].update(g[1])
                 groups.remove(g)
             groups.append(merged)
-        warm_by_id = {w.container_id: w for w in self.model.warmups}
+        warm_by_id = {w.container_id: w for w in model.warmups}
         ordered = sorted(groups, key=lambda g: min(g[0]))
         return [
             ([warm_by_id[w] for w in sorted(ws)], [by_id[o] for o in sorted(os_)])
@@ -1396,6 +1705,7 @@ class Supervisor:
                     detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: "
                     f"they catch up with {', '.join(sorted(ids))} (job model {model.version})",
                 )
+                self._phase(db, CATCHING_UP)
             self.model = model
             self._caught_up.clear()
             self._catching_up_since = now
@@ -1421,6 +1731,7 @@ class Supervisor:
                 detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
                 f"{', '.join(r.id for r in running)} at a batch boundary",
             )
+            self._phase(db, HANDING_OVER)
         self._retire(running)
 
     def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
@@ -1459,6 +1770,8 @@ class Supervisor:
                 stopping=tuple(c for c in self.model.stopping if c not in gone),
             )
             self.store.save_model(db, model)
+            if self.change is not None:
+                self._save_change(db, self.change.group_moved(time.time()))
         for warm in taking:
             state = "running" if self._records[warm.container_id].state == "warm" else "launching"
             self._set(warm.container_id, state=state, sources=warm.sources)
@@ -1509,6 +1822,7 @@ class Supervisor:
         if factor == old:
             return f"already at elasticity factor {factor}: nothing to do"
         return self._start_move(
+            _change_of("factor", f"elasticity factor {old} -> {factor}", elasticityFactor=factor),
             _tasks_at_factor(current, factor),
             lambda warmups, version: (
                 f"elasticity factor {old} -> {factor}: {warmups} containers warm up to take "
@@ -1518,19 +1832,16 @@ class Supervisor:
         )
 
     def _refuse_if_busy(self) -> None:
-        if self.model.warmups:
+        if self._job_state["state"] != "running":
             raise ChangeRefusedError(
-                f"a move is under way (warm-ups {[w.container_id for w in self.model.warmups]} "
-                "still to take their tasks); retry after it"
+                f"the job is {self._job_state['state']} ({self._job_state['why']}); "
+                "`job run` resumes it"
             )
-        if self._growth() is not None:
+        self._settle_change()  # one that is done since the last tick is over now
+        if self.change is not None:
             raise ChangeRefusedError(
-                "a partition growth is under way (old partitions draining); retry after it"
-            )
-        if self._retired:
-            raise ChangeRefusedError(
-                f"a handover is under way (containers {sorted(self._retired)} still stopping); "
-                "retry after it"
+                f"a change is under way ({self.change.describe()}); retry after it, or cancel "
+                "it (job scale URL --cancel)"
             )
         waiting = sorted(r.id for r in self._records.values() if r.state == "launching")
         if waiting:
@@ -1561,6 +1872,29 @@ class Supervisor:
 
     def _fail_over(self, old_id: str, reason: str) -> None:
         old = self._records[old_id]
+        warming = self.model.warmup(old_id) is not None
+        # A container that never committed failed at start: its successor inherits the
+        # tally, waits its backoff, and too many of one cause fail the job.
+        at_start = old_id not in self._committed
+        tally = StartFailures()
+        if at_start:
+            cause = self._causes.get(old_id) or _cause_of(reason)
+            tally = self._start_failures.pop(old_id, StartFailures()).after(cause)
+            if tally.count >= self.max_start_failures:
+                change = self.change
+                if warming and change is not None and refuse_cancel(change) is None:
+                    self.store.event("expire", old_id, reason)
+                    self._roll_back(
+                        f"{tally.count} warm-ups in a row failed before they were ready: "
+                        f"{tally.cause}",
+                        "rollback",
+                    )
+                else:
+                    self._fail_job(old_id, reason, tally)
+                return
+            reason = f"{reason} (failure {tally.count} at start; its successor waits " + (
+                f"{backoff_s(tally.count):.0f} s)"
+            )
         # The new generation starts from the old one's committed prefix; a warm-up that
         # failed is replaced by another (it owned nothing yet).
         warming = self.model.warmup(old_id) is not None
@@ -1598,6 +1932,13 @@ class Supervisor:
         self._set(old_id, state="expired", ended_at=time.time())
         del self._live[old_id]
         self.model = model
+        if at_start:
+            self._start_failures[new.container_id] = tally
+            self._not_before[new.container_id] = self.clock() + backoff_s(tally.count)
+        if self.change is not None and self.change.phase == CATCHING_UP and not model.stopping:
+            # A failover calls the catching-up phase off: the group is no longer ready.
+            with self.store.transaction() as db:
+                self._phase(db, WARMING)
         self._count("failovers")
         if old.pid is not None:
             # Fenced already (its lease is over); killing it just frees its resources.
@@ -1830,15 +2171,11 @@ class Supervisor:
         dict
             ``{"state": ..., "at": wall-clock seconds or None, "why": one line}``.
         """
-        text = self.store.meta("jobState")
-        if not text:
-            return {"state": "running", "at": None, "why": ""}
-        return dict(json.loads(text))
+        return dict(self._job_state)
 
     def _set_job_state(self, db: Any, state: str, why: str) -> None:
-        self.store.set_meta(
-            db, "jobState", json.dumps({"state": state, "at": time.time(), "why": why})
-        )
+        self._job_state = {"state": state, "at": time.time(), "why": why}
+        self.store.set_meta(db, "jobState", json.dumps(self._job_state, sort_keys=True))
 
     # status
 
@@ -1856,15 +2193,28 @@ class Supervisor:
             }
             for w in self.model.warmups
         ]
-        ready = all(w["state"] == "warm" for w in warmups)
-        owners = holders.of([t for w in self.model.warmups for t in w.tasks])
-        retired = any(self._records[o].state == "retired" for o in owners)
-        phase = "warming up"
-        if ready:
-            phase = "stopping the old owners" if retired else "catching up with the old owners"
         return {
-            "phase": phase,
+            "phase": self.change.phase if self.change is not None else WARMING,
             "warmups": warmups,
+        }
+
+    def _change_status(self) -> dict[str, Any] | None:
+        """The change in flight, its phase, how long it has been in it and its deadline."""
+        change = self.change
+        if change is None:
+            return None
+        in_phase = self.clock() - self._phase_started
+        deadline = self.warm_up_deadline_s if change.phase == WARMING else None
+        if change.phase == CATCHING_UP:
+            deadline = self.catch_up_s
+        return {
+            **change.to_json(),
+            "inPhaseS": round(in_phase, 1),
+            "deadlineS": deadline,
+            "atDeadline": None
+            if deadline is None
+            else ("go on" if change.phase == CATCHING_UP or change.moved else "roll back"),
+            "cancellable": refuse_cancel(change) is None,
         }
 
     def status(self) -> dict[str, Any]:
@@ -1877,8 +2227,11 @@ class Supervisor:
             generation, tasks, heartbeat age, lease left, read amplification,
             processing rate), ``tasks`` (owner, committed offsets, lag),
             ``autoscaler`` (mode, settings, bounds, last decision),
-            ``move`` (a pending stateful move's phase and warm-ups, or None)
-            and ``events``.
+            ``move`` (a pending stateful move's phase and warm-ups, or None),
+            ``jobState`` (running, stopped or failed, and why), ``change``
+            (the change in flight: phase, deadline, whether it can be
+            cancelled), ``inputLag`` (records not yet read, each once; None
+            while any task's is unknown) and ``events``.
         """
         now = self.clock()
         throughput = self.store.throughput()
@@ -1896,10 +2249,18 @@ class Supervisor:
                     "tasks": list(record.tasks),
                     "checkpoint": record.checkpoint,
                     "sources": list(record.sources),
-                    "heartbeatAgeS": None if live is None else round(now - live.renewed_at, 3),
+                    "heartbeatAgeS": None
+                    if live is None or not live.registered
+                    else round(now - live.renewed_at, 3),
+                    # No lease before it registers: a start-up bound, counted from launch.
                     "leaseLeftS": None
-                    if live is None
-                    else round(self.terms.coordinator_expiry(live.renewed_at) - now, 3),
+                    if live is None or not live.registered
+                    else max(0.0, round(self.terms.coordinator_expiry(live.renewed_at) - now, 3)),
+                    "startupLeftS": None
+                    if live is None or live.registered or self.model.warmup(record.id)
+                    else max(0.0, round(live.launched_at + self.startup_s - now, 1)),
+                    "cause": self._causes.get(record.id),
+                    "startFailures": self._start_failures.get(record.id, StartFailures()).count,
                     "recordsRead": read,
                     "recordsProcessed": processed,
                     "readAmplification": round(read / processed, 3) if processed else None,
@@ -1922,7 +2283,10 @@ class Supervisor:
         ]
         return {
             "job": self.shape.name,
+            "jobState": self.job_state(),
             "jobModelVersion": self.model.version,
+            "change": self._change_status(),
+            "inputLag": input_lag(lags, self._partitions_of(progress)),
             "move": self._move_status(),
             "elasticityFactor": self.model.elasticity_factor,
             "partitions": dict(self.model.partitions),
@@ -1944,6 +2308,31 @@ class Supervisor:
             "events": [e.__dict__ for e in self.store.events()],
             "counters": dict(self.counters),
         }
+
+
+def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str]]) -> int | None:
+    """The job's backlog, each record once: tasks over the same partitions (a partition's
+    key buckets) each report all of its backlog, so it counts once, at the slowest.
+
+    Parameters
+    ----------
+    lags
+        Each task's lag as its owner reported it; -1 when unknown.
+    partitions_of
+        Each task's partitions (``"topic/partition"``).
+
+    Returns
+    -------
+    int or None
+        Records not yet read, or None (unknown) while any task's lag is unknown.
+    """
+    if any(lag < 0 for lag in lags.values()):
+        return None
+    slowest: dict[frozenset[str], int] = {}
+    for task, lag in lags.items():
+        key = partitions_of.get(task, frozenset({task}))
+        slowest[key] = max(slowest.get(key, 0), lag)
+    return sum(slowest.values())
 
 
 def status_json(status: Mapping[str, Any]) -> str:

@@ -202,7 +202,7 @@ def test_a_stateful_job_scales_through_warm_ups_and_holds_while_they_warm(
             # Told once per reason (first the containers starting, then the move), not per tick.
             refused = [d.split("refused: ")[-1].split(" (")[0] for d in details if "(refused)" in d]
             assert len(refused) == len(set(refused))
-            assert "a move is under way" in refused
+            assert "a change is under way" in refused
             # The old owners keep every task until the new ones are warm.
             assert len(model(c)["containers"]) == 2
             (tmp_path / "warm").touch()

@@ -154,7 +154,7 @@ def test_a_scale_while_another_is_under_way_is_refused(slow_handover: Coordinato
     assert call(f"{slow_handover.url}/scale", {"containers": 3})[0] == 200
     status, reply = call(f"{slow_handover.url}/scale", {"containers": 4})
     assert status == 409
-    assert "a handover is under way" in reply["error"]
+    assert "a change is under way (2 -> 3 containers: handing over)" in reply["error"]
     assert len(model(slow_handover)["containers"]) == 3
     assert [e["kind"] for e in slow_handover.status()["events"]].count("scale") == 1
 
@@ -204,7 +204,7 @@ def test_a_stateful_job_moves_tasks_only_once_their_new_owners_are_warm(
     assert {w["containerId"] for w in move["warmups"]} == {w["containerId"] for w in warmups}
     refused = call(f"{stateful.url}/scale", {"containers": 2})
     assert refused[0] == 409
-    assert "a move is under way" in refused[1]["error"]
+    assert "a change is under way (2 -> 3 containers: warming up)" in refused[1]["error"]
     assert stateful.running() == owners  # nobody stopped while the warm-ups are not ready
 
     (tmp_path / "warm").touch()
@@ -306,7 +306,7 @@ def listed_as_stopping(coordinator: Coordinator, owners: dict[str, int]) -> dict
     )
     assert set(listed["stopping"]) <= set(owners)
     assert all(w["sources"] == [] for w in listed["warmups"])  # no warm-up owns a task yet
-    assert coordinator.status()["move"]["phase"] == "catching up with the old owners"
+    assert coordinator.status()["move"]["phase"] == "catching up"
     beats = coordinator.status()["counters"]["heartbeats_alive"]
     wait_until(
         "more heartbeats (ticks at 0.2 s)",
@@ -368,7 +368,7 @@ def test_catching_up_resumes_after_a_coordinator_restart(tmp_path: Path) -> None
         )
         with second.server.running_in_thread():
             assert model(second)["stopping"] == listed["stopping"]
-            assert second.status()["move"]["phase"] == "catching up with the old owners"
+            assert second.status()["move"]["phase"] == "catching up"
             advance(second, clock, CATCH_UP_S - 0.1)
             assert second.running() == owners
             (tmp_path / "caught-up").touch()
@@ -388,7 +388,9 @@ def test_job_scale_on_the_command_line(slow_handover: Coordinator) -> None:
     result = run_cli("job", "scale", url, "--containers", "3")
     assert result.returncode == 0, result.stderr
     assert "2 -> 3 containers" in result.stdout
-    one_line_error(run_cli("job", "scale", url, "--containers", "4"), "handover is under way")
+    one_line_error(
+        run_cli("job", "scale", url, "--containers", "4"), "2 -> 3 containers: handing over"
+    )
     one_line_error(run_cli("job", "scale", url, "--containers", "0"), "--containers")
     one_line_error(run_cli("job", "scale", "http://127.0.0.1:9", "--containers", "2"), "URL")
 
