@@ -6,8 +6,8 @@ In-process (``tests/conftest.py``): a real store, a fake clock, fake processes.
 from __future__ import annotations
 
 import pytest
-from conftest import FAKE_TERMS, InProcess
 
+from conftest import FAKE_TERMS, InProcess
 from spark_elastic.errors import ChangeRefusedError
 from spark_elastic.runtime.changes import (
     BACKOFF_MAX_S,
@@ -106,7 +106,7 @@ def test_a_container_waits_out_a_coordinator_restart_of_30_s_whatever_its_lease(
 
 def test_a_failure_report_is_one_line_of_bounded_size() -> None:
     assert FailureReport.from_json({"containerId": "c1", "error": "Boom: x"}).error == "Boom: x"
-    with pytest.raises(ValueError, match="failure.error: expected 1 to 1000 characters"):
+    with pytest.raises(ValueError, match=r"failure\.error: expected 1 to 1000 characters"):
         FailureReport.from_json({"containerId": "c1", "error": "x" * 1001})
 
 
@@ -197,7 +197,8 @@ def test_an_operator_cancels_a_move_and_the_old_owners_keep_running(in_process: 
     assert sup.status()["change"]["cancellable"]
     summary = sup.cancel_change()
     assert "rolled back: cancelled by the operator" in summary
-    assert in_process.live() == owners and warm_ups(in_process) == []
+    assert in_process.live() == owners
+    assert warm_ups(in_process) == []
     for warm in (p for p in in_process.launcher.processes.values() if p.container_id not in owners):
         assert warm.terminated
     with pytest.raises(ChangeRefusedError, match="no change is under way"):
@@ -214,7 +215,8 @@ def test_a_move_past_its_point_of_no_return_cannot_be_cancelled(in_process: InPr
         in_process.step(1)
         if sup.change is not None and sup.change.phase == "handing over":
             break
-    assert sup.change is not None and sup.change.phase == "handing over"
+    assert sup.change is not None
+    assert sup.change.phase == "handing over"
     with pytest.raises(ChangeRefusedError, match="can no longer be rolled back"):
         sup.cancel_change()
     for _ in range(5):
@@ -341,7 +343,8 @@ def test_a_warm_up_that_keeps_failing_rolls_its_move_back(in_process: InProcess)
         if ws:
             sup.report_failure(ws[0], "OSError: no space left on device")
         in_process.step(1)
-    assert sup.change is None and warm_ups(in_process) == []
+    assert sup.change is None
+    assert warm_ups(in_process) == []
     assert in_process.live() == owners
     assert sup.job_state()["state"] == "running"
     (rolled,) = events(in_process, "rollback")
