@@ -31,17 +31,17 @@ typecheck: $(STAMP)
 test: lint typecheck java
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
-# Jars from Maven Central, fetched once into .cache/jars (see jvm/*/pom.xml): an Apache
+# Jars from Maven Central, fetched once into .cache/jars (see maven/*/pom.xml): an Apache
 # Kafka broker (kafka/) and Spark's Kafka connector without what pyspark ships (spark-kafka/).
 JARS       := .cache/jars
 JARS_STAMP := $(JARS)/.fetched
 
-$(JARS_STAMP): jvm/kafka/pom.xml jvm/spark-kafka/pom.xml
+$(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml
 	@command -v java >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' needs Java 17 and 'java' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' fetches jars from Maven Central with Maven and 'mvn' was not found on PATH; install it (e.g. 'apt-get install maven') and retry" >&2; exit 1; }
 	rm -rf $(JARS)/kafka $(JARS)/spark-kafka
-	mvn -q -B -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/kafka)
-	mvn -q -B -f jvm/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/spark-kafka)
+	mvn -q -B -f maven/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/kafka)
+	mvn -q -B -f maven/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/spark-kafka)
 	@touch $@
 
 jars: $(JARS_STAMP)

@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / ".cache" / "jars"
 KAFKA_JARS = JARS / "kafka"
-"""The broker's classpath: jvm/kafka/pom.xml's dependencies."""
+"""The broker's classpath: maven/kafka/pom.xml's dependencies."""
 SPARK_KAFKA_JARS = JARS / "spark-kafka"
-"""Spark's Kafka connector without what pyspark ships: jvm/spark-kafka/pom.xml's."""
+"""Spark's Kafka connector without what pyspark ships: maven/spark-kafka/pom.xml's."""
 
 HEAP = "-Xmx512m"
 JAVA_OPTIONS = (HEAP, "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
