@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: example test lint typecheck bench clean java
+.PHONY: example test lint typecheck bench clean java jars kafka
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,26 @@ typecheck: $(STAMP)
 # Two workers, a file each at a time, the end-to-end files first (conftest.py orders them).
 test: lint typecheck java
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+
+# Jars from Maven Central, fetched once into .cache/jars (see maven/*/pom.xml): an Apache
+# Kafka broker (kafka/) and Spark's Kafka connector without what pyspark ships (spark-kafka/).
+JARS       := .cache/jars
+JARS_STAMP := $(JARS)/.fetched
+
+$(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml
+	@command -v java >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' needs Java 17 and 'java' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' fetches jars from Maven Central with Maven and 'mvn' was not found on PATH; install it (e.g. 'apt-get install maven') and retry" >&2; exit 1; }
+	rm -rf $(JARS)/kafka $(JARS)/spark-kafka
+	mvn -q -B -f maven/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/kafka)
+	mvn -q -B -f maven/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/spark-kafka)
+	@touch $@
+
+jars: $(JARS_STAMP)
+
+# A Kafka broker on 127.0.0.1:$(KAFKA_PORT) (0: a free port) for trying the project; Ctrl-C stops it.
+KAFKA_PORT ?= 9092
+kafka: $(STAMP) $(JARS_STAMP)
+	$(BIN)/python tests/kafka_jvm.py --port $(KAFKA_PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

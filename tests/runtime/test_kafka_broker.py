@@ -1,0 +1,266 @@
+"""A real Apache Kafka broker: metadata, Java's partitioner, growth, and Spark's Kafka source.
+
+One Kafka 4 broker (KRaft, broker and controller in one JVM, see
+``kafka_jvm``) serves the whole file. Its jars and Spark's Kafka connector
+come from ``make jars``; without them, or without Java, the specs skip
+saying so. The Spark spec runs in a fresh process: ``spark.jars`` must be set
+before a session starts, and the suite's shared session has none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import kafka_jvm
+import pytest
+from test_coordinator import wait_until
+
+import udfs
+from spark_elastic import KafkaInput
+from spark_elastic.errors import InputError
+
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[kafka_jvm.KafkaBroker]:
+    """One broker for the file; stopped by PID whatever the specs did."""
+    if importlib.util.find_spec("confluent_kafka") is None:
+        pytest.skip("no confluent_kafka (pip install 'spark-elastic[kafka]')")
+    try:
+        kafka_jvm.java()
+        kafka_jvm.kafka_jars()
+    except kafka_jvm.KafkaJvmError as missing:
+        pytest.skip(str(missing))
+    with kafka_jvm.running_kafka() as broker:
+        yield broker
+
+
+def create_topic(kafka: kafka_jvm.KafkaBroker, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=TIMEOUT)
+
+
+def consume_all(kafka: kafka_jvm.KafkaBroker, topic: str, count: int) -> dict[bytes, int]:
+    """Every record of ``topic`` from the start: ``{key: partition}``, ``count`` of them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    partitions = KafkaInput(kafka.bootstrap, topic, timeout_s=TIMEOUT).partition_counts()[topic]
+    consumer = Consumer(
+        {"bootstrap.servers": kafka.bootstrap, "group.id": "spec", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    landed: dict[bytes, int] = {}
+
+    def read() -> bool:
+        for message in consumer.consume(num_messages=count, timeout=0.5):
+            if message.error() is None:
+                landed[message.key()] = message.partition()
+        return len(landed) == count
+
+    try:
+        wait_until(f"{count} records of {topic!r} consumed back", read)
+    finally:
+        consumer.close()
+    return landed
+
+
+def test_the_broker_serves_metadata_and_creates_no_topic_it_is_asked_about(
+    kafka: kafka_jvm.KafkaBroker,
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(kafka, "meta", 3)
+    metadata = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=TIMEOUT)
+    assert [(b.id, f"{b.host}:{b.port}") for b in metadata.brokers.values()] == [
+        (1, kafka.bootstrap)
+    ]
+    assert sorted(metadata.topics["meta"].partitions) == [0, 1, 2]
+    assert KafkaInput(kafka.bootstrap, "meta", timeout_s=TIMEOUT).partition_counts() == {"meta": 3}
+    with pytest.raises(InputError, match="found no topic 'absent'"):
+        KafkaInput(kafka.bootstrap, "absent", timeout_s=TIMEOUT).partition_counts()
+    topics = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=TIMEOUT)
+    assert "absent" not in topics.topics  # auto.create.topics.enable=false
+
+
+def test_keyed_records_from_kafkas_java_producer_land_where_udfs_murmur2_says(
+    kafka: kafka_jvm.KafkaBroker,
+) -> None:
+    create_topic(kafka, "keyed", 4)
+    keys = [f"user-{i}" for i in range(200)]
+    lines = "".join(f"{key}:v{i}\n" for i, key in enumerate(keys))
+    # Kafka's own console producer: the Java client's default (murmur2) partitioner.
+    producer = subprocess.run(
+        [
+            kafka_jvm.java(),
+            "-Xmx128m",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            str(kafka_jvm.kafka_jars() / "*"),
+            "org.apache.kafka.tools.ConsoleProducer",
+            "--bootstrap-server",
+            kafka.bootstrap,
+            "--topic",
+            "keyed",
+            "--reader-property",
+            "parse.key=true",
+            "--reader-property",
+            "key.separator=:",
+        ],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert producer.returncode == 0, producer.stderr[-2000:]
+    landed = consume_all(kafka, "keyed", len(keys))
+    expected = udfs.kafka_partitions(keys, 4).tolist()
+    assert [landed[key.encode()] for key in keys] == expected
+    assert set(expected) == {0, 1, 2, 3}
+
+
+def test_partitions_grow_from_4_to_8_and_keys_then_follow_the_new_count(
+    kafka: kafka_jvm.KafkaBroker,
+) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    create_topic(kafka, "growing", 4)
+    source = KafkaInput(kafka.bootstrap, "growing", timeout_s=TIMEOUT)
+    assert source.partition_counts() == {"growing": 4}
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.create_partitions([NewPartitions("growing", 8)]).values():
+        future.result(timeout=TIMEOUT)
+    wait_until("8 partitions", lambda: source.partition_counts() == {"growing": 8})
+    # For a moment after growth the metadata lists the new partitions but their leader does
+    # not serve them yet: ListOffsets answers NOT_LEADER_OR_FOLLOWER, which end_offsets
+    # reports as "no broker answering" (it does not retry): 6 growths in 20 on this broker,
+    # for one answer (about 0.1 s).
+    wait_until("end offsets of 8 partitions", lambda: _end_offsets_or_none(source) is not None)
+    assert _end_offsets_or_none(source) == dict.fromkeys(range(8), 0)
+
+    keys = [f"user-{i}" for i in range(100)]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
+    for key in keys:
+        producer.produce("growing", key=key.encode(), value=b"v")
+    assert producer.flush(TIMEOUT) == 0
+    landed = consume_all(kafka, "growing", len(keys))
+    assert [landed[key.encode()] for key in keys] == udfs.kafka_partitions(keys, 8).tolist()
+    assert sum(source.end_offsets("growing").values()) == len(keys)
+
+
+def _end_offsets_or_none(source: KafkaInput) -> dict[int, int] | None:
+    try:
+        return source.end_offsets(source.topics[0])
+    except InputError as error:
+        if "Not leader for partition" in str(error):
+            return None
+        raise
+
+
+# Runs in a fresh interpreter; argv: the broker, the topic, its partition count, the
+# connector's jars and a checkpoint directory. Prints what the query read as JSON.
+_READ_WITH_SPARK = """
+import json, sys
+from jvm import TEST_JAVA_OPTIONS
+from spark_elastic import KafkaInput
+from spark_elastic.dataplane.session import local_session
+
+bootstrap, topic, partitions, jars, checkpoint = sys.argv[1:]
+spark = local_session("kafka-source-spec", conf={
+    "spark.jars": jars,
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
+})
+source = KafkaInput(bootstrap, topic, max_records_per_batch=40)
+rows = source.stream_reader(spark, {topic: list(range(int(partitions)))}).load()
+query = (
+    rows.selectExpr("CAST(key AS STRING) AS key", "partition", "offset")
+    .writeStream.format("memory").queryName("landed")
+    .option("checkpointLocation", checkpoint)
+    .trigger(availableNow=True)
+    .start()
+)
+query.awaitTermination(240)
+assert not query.isActive, "the availableNow query did not finish in 240 s"
+assert query.exception() is None, query.exception()
+landed = [tuple(r) for r in spark.sql("SELECT key, partition, offset FROM landed").collect()]
+batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+print(json.dumps({"spark": spark.version, "rows": landed, "batches": batches}))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_sparks_kafka_source_reads_every_record_with_available_now(
+    kafka: kafka_jvm.KafkaBroker, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    try:
+        jars = kafka_jvm.spark_kafka_jars()
+    except kafka_jvm.KafkaJvmError as missing:
+        pytest.skip(str(missing))
+    create_topic(kafka, "clicks", 4)
+    keys = [f"user-{i}" for i in range(150)]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
+    for key in keys:
+        producer.produce("clicks", key=key.encode(), value=b"v")
+    assert producer.flush(TIMEOUT) == 0
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _READ_WITH_SPARK,
+            kafka.bootstrap,
+            "clicks",
+            "4",
+            ",".join(jars),
+            str(tmp_path / "checkpoint"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    read = json.loads(result.stdout.strip().splitlines()[-1])
+    rows = read["rows"]
+    assert sorted(key for key, _, _ in rows) == sorted(keys)  # every record, once
+    expected = dict(zip(keys, udfs.kafka_partitions(keys, 4).tolist(), strict=True))
+    assert {key: partition for key, partition, _ in rows} == expected
+    # maxOffsetsPerTrigger=40 over 150 records: availableNow runs at least 4 batches.
+    assert read["batches"] >= 4
+
+
+def test_the_cached_connector_is_the_four_jars_pyspark_lacks() -> None:
+    """Nothing in .cache/jars/spark-kafka duplicates a jar pyspark ships (no class twice)."""
+    try:
+        jars = [Path(p).name for p in kafka_jvm.spark_kafka_jars()]
+    except kafka_jvm.KafkaJvmError as missing:
+        pytest.skip(str(missing))
+    import pyspark
+
+    shipped = {p.name.rsplit("-", 1)[0] for p in (Path(pyspark.__file__).parent / "jars").iterdir()}
+    artifacts = sorted(name.rsplit("-", 1)[0] for name in jars)
+    assert artifacts == [
+        "commons-pool2",
+        "kafka-clients",
+        "spark-sql-kafka-0-10_2.13",
+        "spark-token-provider-kafka-0-10_2.13",
+    ]
+    assert not shipped & set(artifacts)
