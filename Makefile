@@ -28,7 +28,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Two workers, a file each at a time, the end-to-end files first (conftest.py orders them).
-test: lint typecheck java
+test: lint typecheck java jars
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # Jars from Maven Central, fetched once into .cache/jars (see maven/*/pom.xml): an Apache
