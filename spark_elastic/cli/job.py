@@ -7,6 +7,9 @@ until SIGINT or SIGTERM, which stop the containers, then the coordinator.
 ``job status URL`` prints the coordinator's view (``--json`` for all of it).
 ``job scale URL --containers N`` changes a running job's container count, and
 ``job scale URL --elasticity-factor F`` its factor (split or merge, live);
+``job scale URL --cancel`` rolls the change in flight back while it can be.
+``job run`` of a stopped (or failed) job resumes it; a second ``job run`` of a
+job whose coordinator runs is refused in one line naming that coordinator;
 ``job autoscale URL --on|--off|--pin N|--min A --max B`` sets its autoscaler.
 """
 
@@ -181,7 +184,23 @@ def register(subparsers: Any) -> None:
         "--startup-ms",
         type=_positive_ms,
         default=180_000,
-        help="how long a container may take to register (180000)",
+        help="how long a container may take to register, from its launch (180000)",
+    )
+    run.add_argument(
+        "--warm-up-deadline-ms",
+        type=_positive_ms,
+        default=600_000,
+        help="how long a move's warm-ups may take to be ready: past it the move is rolled "
+        "back (the old owners keep their tasks), or, once one of its groups moved, its "
+        "warm-ups start again (600000)",
+    )
+    run.add_argument(
+        "--max-start-failures",
+        type=_count,
+        default=5,
+        metavar="N",
+        help="failures in a row, of one cause, before a container's first commit after which "
+        "the job stops as failed, saying why (5); relaunches back off 1, 2, 4... 60 s",
     )
     scaler = run.add_argument_group(
         "autoscaler",
@@ -357,6 +376,8 @@ def _run(args: argparse.Namespace) -> int:
             autoscaler=autoscaler,
             warm_ups=not args.cold_moves,
             catch_up_s=args.catch_up_ms / 1000,
+            warm_up_deadline_s=args.warm_up_deadline_ms / 1000,
+            max_start_failures=args.max_start_failures,
         )
 
     try:
