@@ -35,6 +35,7 @@ import ipaddress
 import json
 import signal
 import socket
+import sqlite3
 import sys
 import threading
 import time
@@ -341,6 +342,10 @@ class CoordinatorServer:
             return _error(400, str(exc))
         except ChangeRefusedError as exc:
             return _error(409, str(exc))
+        except (StoreFencedError, sqlite3.Error) as exc:
+            # The store is lost to this coordinator: it cannot go on answering as if alive.
+            self._fail(exc)
+            return _error(503, f"the coordinator is stopping: {type(exc).__name__}: {exc}")
         except web.HTTPException as exc:
             return _error(exc.status, exc.reason)
         finally:
