@@ -396,14 +396,13 @@ class Supervisor:
                 for c in owners
             }
             heirs.update({w.container_id: self._new_container(db, w.tasks, ()) for w in warmups})
-            resumed = replace(
+            resumed = self._next_model(
+                db,
                 model,
-                version=model.version + 1,
-                containers=_sorted([heirs.get(c.container_id, c) for c in model.containers]),
-                warmups=_sorted([heirs.get(w.container_id, w) for w in model.warmups]),
+                containers=[heirs.get(c.container_id, c) for c in model.containers],
+                warmups=[heirs.get(w.container_id, w) for w in model.warmups],
                 stopping=tuple(c for c in model.stopping if c not in heirs),
             )
-            self.store.save_model(db, resumed)
             self._set_job_state(db, "running", "resumed")
             self.store.add_event(
                 db,
@@ -463,19 +462,31 @@ class Supervisor:
             self.store.set_meta(db, "plannedFactor", str(self.shape.elasticity_factor))
             for tasks in chunks:
                 entries.append(self._new_container(db, tasks, ()))
-            model = JobModel(
-                1,
-                self.shape.name,
-                self.shape.elasticity_factor,
-                dict(self.shape.partitions),
-                tuple(sorted(entries, key=lambda c: c.container_id)),
+            # Version 1 follows an empty version 0, which is never stored.
+            empty = JobModel(
+                0, self.shape.name, self.shape.elasticity_factor, dict(self.shape.partitions)
             )
-            self.store.save_model(db, model)
+            model = self._next_model(db, empty, containers=entries)
             self.store.add_event(
                 db,
                 "start",
                 detail=f"job model 1: {len(self.shape.tasks)} tasks in {containers} containers",
             )
+        return model
+
+    def _next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
+        """The job model's next version, saved in ``db``'s transaction: the one writer of
+        job model versions.
+
+        ``changes`` (``JobModel`` fields) are applied to ``base`` (default:
+        the current model), the version is one higher, and the containers and
+        warm-ups are in id order. The caller sets ``self.model`` once its
+        own steps are done.
+        """
+        base = self.model if base is None else base
+        model = replace(base, **changes, version=base.version + 1)
+        model = replace(model, containers=_sorted(model.containers), warmups=_sorted(model.warmups))
+        self.store.save_model(db, model)
         return model
 
     def _new_container(
@@ -893,14 +904,12 @@ class Supervisor:
         old = [self._records[c.container_id] for c in self.model.containers]
         with self.store.transaction() as db:
             successors = [self._new_container(db, r.tasks, self._sources_of(r)) for r in old]
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
+            model = self._next_model(
+                db,
                 partitions=counts,
-                containers=tuple(sorted(successors, key=lambda c: c.container_id)),
+                containers=successors,
                 planned_partitions=dict(self.model.planned),
             )
-            self.store.save_model(db, model)
             self.store.set_meta(db, "growth", "")
             self._phase(db, HANDING_OVER)
             for record, new in zip(old, successors, strict=True):
@@ -1021,8 +1030,7 @@ class Supervisor:
                 self.store.update_container(
                     db, container_id, state="cancelled", ended_at=time.time()
                 )
-            model = replace(self.model, version=self.model.version + 1, warmups=(), stopping=())
-            self.store.save_model(db, model)
+            model = self._next_model(db, warmups=(), stopping=())
             self._save_change(db, None)
             summary = (
                 f"{change.summary} rolled back: {why}; warm-ups {', '.join(warmups)} stop, "
@@ -1177,12 +1185,7 @@ class Supervisor:
                 )
                 for task_set in new_sets
             ]
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                containers=tuple(sorted([*kept, *successors], key=lambda c: c.container_id)),
-            )
-            self.store.save_model(db, model)
+            model = self._next_model(db, containers=[*kept, *successors])
             summary = (
                 f"{len(current)} -> {containers} containers: {len(kept)} keep their tasks, "
                 f"{len(moved)} hand over to {len(successors)}, job model {model.version}"
@@ -1245,12 +1248,7 @@ class Supervisor:
         with self.store.transaction() as db:
             warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
             self._mark_move(db, warmups)
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
-            )
-            self.store.save_model(db, model)
+            model = self._next_model(db, warmups=warmups)
             kind, title, target = what
             self._begin_change(db, kind, title, target, WARMING, len(self._move_groups(model)))
             summary = describe(len(warmups), model.version)
@@ -1378,9 +1376,8 @@ class Supervisor:
         now = self.clock()
         if not ids <= set(self.model.stopping):
             stopping = tuple(sorted({*self.model.stopping, *ids}))
-            model = replace(self.model, version=self.model.version + 1, stopping=stopping)
             with self.store.transaction() as db:
-                self.store.save_model(db, model)
+                model = self._next_model(db, stopping=stopping)
                 self.store.add_event(
                     db,
                     "move",
@@ -1443,15 +1440,13 @@ class Supervisor:
             took = {w.container_id for w in warmups}
             staying = [c for c in self.model.containers if c.container_id not in gone]
             left = tuple(w for w in self.model.warmups if w.container_id not in took)
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                containers=tuple(sorted([*staying, *taking], key=lambda c: c.container_id)),
+            model = self._next_model(
+                db,
+                containers=[*staying, *taking],
                 warmups=left,
                 elasticity_factor=model_factor(self.model, [*staying, *taking], left),
                 stopping=tuple(c for c in self.model.stopping if c not in gone),
             )
-            self.store.save_model(db, model)
             if self.change is not None:
                 self._save_change(db, self.change.group_moved(time.time()))
         for warm in taking:
@@ -1587,21 +1582,10 @@ class Supervisor:
             new = self._new_container(db, old.tasks, () if warming else self._sources_of(old))
             if warming:
                 warmups = [w for w in self.model.warmups if w.container_id != old_id]
-                model = replace(
-                    self.model,
-                    version=self.model.version + 1,
-                    warmups=tuple(sorted([*warmups, new], key=lambda c: c.container_id)),
-                    stopping=stopping,
-                )
+                model = self._next_model(db, warmups=[*warmups, new], stopping=stopping)
             else:
                 containers = [c for c in self.model.containers if c.container_id != old_id]
-                model = replace(
-                    self.model,
-                    version=self.model.version + 1,
-                    containers=tuple(sorted([*containers, new], key=lambda c: c.container_id)),
-                    stopping=stopping,
-                )
-            self.store.save_model(db, model)
+                model = self._next_model(db, containers=[*containers, new], stopping=stopping)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
             self.store.add_event(db, "expire", old_id, reason)
             self.store.add_event(
