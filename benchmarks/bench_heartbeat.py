@@ -28,10 +28,10 @@ from pathlib import Path
 
 import aiohttp
 
+from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
+from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
-from spark_elastic.runtime.registry import Store
-from spark_elastic.runtime.server import CoordinatorServer, bind
-from spark_elastic.runtime.supervisor import JobShape, Supervisor
 
 
 class NoProcesses:

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import ProgressReport, Registration, TaskProgress
-from spark_elastic.runtime.registry import Store
-from spark_elastic.runtime.supervisor import JobShape, Supervisor
 
 FAKE_TERMS = LeaseTerms(lease_s=10.0, margin_s=5.0, write_budget_s=3.0)
 FAKE_TASKS = tuple(f"Partition {p}_{b}_2" for p in range(2) for b in range(2))

@@ -27,6 +27,13 @@ ALLOWED: dict[str, set[str]] = {
     "root": {"errors", "model", "dataplane", "log", "state", "assignment", "runtime", "cli"},
 }
 
+# Inside runtime: the coordinator and the container are two packages that talk over HTTP only.
+# Each may import the shared modules, never the other; the shared ones import neither.
+RUNTIME_SIDES = {"coordinator", "container"}
+RUNTIME_SHARED = {"protocol", "lease", "job", "keys", "growth"}
+# What a coordinator never loads: it starts no JVM and needs no dataframes.
+HEAVY = ("pyspark", "pandas", "pyarrow", "py4j")
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -39,12 +46,17 @@ def is_type_checking_block(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def imported_modules(tree: ast.AST, current: str, is_package: bool) -> Iterator[str]:
-    """Every module imported anywhere in ``tree`` (function bodies too), but not for typing."""
+def imported_modules(
+    tree: ast.AST, current: str, is_package: bool, in_functions: bool = True
+) -> Iterator[str]:
+    """Every module imported anywhere in ``tree`` (function bodies too, unless not
+    ``in_functions``: then only what importing the module runs), but not for typing."""
     stack = [tree]
     while stack:
         node = stack.pop()
         if is_type_checking_block(node):
+            continue
+        if not in_functions and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -77,6 +89,56 @@ def import_graph() -> dict[str, set[str]]:
         found = imported_modules(tree, name, path.name == "__init__.py")
         graph[name] = {m for m in found if m in modules and m != name}
     return graph
+
+
+def all_imports(in_functions: bool) -> dict[str, set[str]]:
+    """Every module of ours and what it imports, third-party modules included."""
+    graph: dict[str, set[str]] = {}
+    for name, path in our_modules().items():
+        tree = ast.parse(path.read_text(), str(path))
+        graph[name] = set(imported_modules(tree, name, path.name == "__init__.py", in_functions))
+    return graph
+
+
+def loaded_on_import(module: str, at_import: dict[str, set[str]]) -> set[str]:
+    """Every module importing ``module`` loads: what its module-level code imports, and their
+    parent packages, transitively (imports inside functions run only when called)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for step in [".".join(parts[:i]) for i in range(1, len(parts) + 1)]:
+            if step not in seen:
+                seen.add(step)
+                todo.extend(at_import.get(step, ()))
+    return seen
+
+
+def runtime_part(module: str) -> str | None:
+    """``coordinator``, ``container`` or a shared module's name for a module under
+    spark_elastic.runtime (``""`` for the package itself); None for any other module."""
+    parts = module.split(".")
+    if parts[:2] != ["spark_elastic", "runtime"]:
+        return None
+    return parts[2] if len(parts) > 2 else ""
+
+
+def runtime_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between the coordinator's and the container's side of runtime, either way,
+    and from a shared runtime module into either side."""
+    against = []
+    for module, targets in graph.items():
+        src = runtime_part(module)
+        for target in targets:
+            dst = runtime_part(target)
+            if src in (None, "") or dst is None or dst == src:
+                continue
+            if (src in RUNTIME_SIDES and dst not in RUNTIME_SHARED) or (
+                src in RUNTIME_SHARED and dst in RUNTIME_SIDES
+            ):
+                against.append(f"{module} imports {target}")
+    return sorted(against)
 
 
 def concern(module: str) -> str:
@@ -146,6 +208,49 @@ def test_dependencies_point_one_way_between_packages() -> None:
     assert against == []
 
 
+def test_the_coordinator_and_the_container_import_only_the_shared_runtime_modules() -> None:
+    assert runtime_violations(import_graph()) == []
+
+
+def test_every_runtime_module_is_on_a_side_or_shared() -> None:
+    parts = {runtime_part(m) for m in our_modules()} - {None, ""}
+    assert parts - RUNTIME_SIDES - RUNTIME_SHARED == set()
+
+
+def test_the_runtime_rule_refuses_an_import_across_the_sides() -> None:
+    graph = {
+        "spark_elastic.runtime.coordinator.supervisor": {
+            "spark_elastic.runtime.protocol",
+            "spark_elastic.runtime.container.run",
+        },
+        "spark_elastic.runtime.container.run": {"spark_elastic.runtime.coordinator.registry"},
+        "spark_elastic.runtime.protocol": {"spark_elastic.runtime.container"},
+        "spark_elastic.runtime.container.query": {"spark_elastic.runtime.lease"},
+    }
+    assert runtime_violations(graph) == [
+        "spark_elastic.runtime.container.run imports spark_elastic.runtime.coordinator.registry",
+        "spark_elastic.runtime.coordinator.supervisor imports spark_elastic.runtime.container.run",
+        "spark_elastic.runtime.protocol imports spark_elastic.runtime.container",
+    ]
+
+
+def test_the_coordinator_neither_imports_nor_loads_spark_pandas_or_arrow() -> None:
+    anywhere, at_import = all_imports(in_functions=True), all_imports(in_functions=False)
+    coordinator = [m for m in anywhere if runtime_part(m) == "coordinator"]
+    assert coordinator, "no coordinator modules found"
+    found = {
+        module: heavy
+        for module in coordinator
+        if (
+            heavy := sorted(
+                {m.split(".")[0] for m in anywhere[module] | loaded_on_import(module, at_import)}
+                & set(HEAVY)
+            )
+        )
+    }
+    assert found == {}
+
+
 def test_every_package_says_what_it_owns_and_may_import() -> None:
     packages = sorted(p.parent for p in PACKAGE.glob("*/__init__.py"))
     assert packages, "no subpackages found"
@@ -153,6 +258,13 @@ def test_every_package_says_what_it_owns_and_may_import() -> None:
         doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
         assert "May import" in doc, f"{package.name}/__init__.py does not say what it may import"
         assert package.name in ALLOWED, f"{package.name} has no place in ALLOWED"
+
+
+def test_each_runtime_side_says_what_it_owns_and_may_import() -> None:
+    for side in sorted(RUNTIME_SIDES):
+        init = PACKAGE / "runtime" / side / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "May import" in doc, f"runtime/{side}/__init__.py does not say what it may import"
 
 
 def test_architecture_md_names_every_package() -> None:

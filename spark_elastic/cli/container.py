@@ -2,7 +2,7 @@
 
 Reads its settings from the environment (``EXECUTION_ENV_CONTAINER_ID``,
 ``SPARK_ELASTIC_COORDINATOR_URL``, ``SPARK_ELASTIC_JOB``, ...; see
-:mod:`spark_elastic.runtime.container`). Exit codes: 0 stopped, 1 fenced or
+:mod:`spark_elastic.runtime.container.settings`). Exit codes: 0 stopped, 1 fenced or
 failed (Samza's), 2 a configuration mistake (one line, no traceback).
 """
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.errors import ArgumentError
 
 if TYPE_CHECKING:
-    from spark_elastic.runtime.autoscaler import AutoscalerConfig
+    from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
     from spark_elastic.runtime.job import JobInput
 
 __all__ = ["register"]
@@ -311,11 +311,12 @@ class _InputWatch:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+    from spark_elastic.runtime.coordinator.registry import Store
+    from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind, is_loopback
+    from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
     from spark_elastic.runtime.job import load_job
     from spark_elastic.runtime.lease import LeaseTerms
-    from spark_elastic.runtime.registry import Store
-    from spark_elastic.runtime.server import CoordinatorServer, bind, is_loopback
-    from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor
 
     job = load_job(args.job)
     partitions = job.input.partition_counts()
@@ -407,7 +408,7 @@ _AUTOSCALE_OPTIONS = {
 
 def _autoscaler_options(args: argparse.Namespace, task_count: int) -> AutoscalerConfig | None:
     """The autoscaler's settings from ``job run``'s options; None when none was given."""
-    from spark_elastic.runtime.autoscaler import AutoscalerConfig
+    from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
 
     given = {
         key: value if unit == 1 else value / unit

@@ -1,7 +1,7 @@
 """SEP-5 on a running job: how input partition growth is judged, planned and sequenced.
 
 Pure functions over counts and offsets; no I/O, no Spark. The supervisor
-(:mod:`.supervisor`) watches the inputs' partition counts and calls in here:
+(:mod:`.coordinator.supervisor`) watches the inputs' partition counts and calls in here:
 
 1. **Judge** (:func:`judge_counts`). Counts equal to the model's: nothing to
    do. Every changed topic grew to a multiple of its *planned* count: growth.

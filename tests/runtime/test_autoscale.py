@@ -26,8 +26,8 @@ from spark_elastic import EmbeddedLog
 from spark_elastic.cli.job import _autoscaler_options
 from spark_elastic.cli.main import build_parser
 from spark_elastic.errors import ArgumentError
-from spark_elastic.runtime.autoscaler import AutoscalerConfig
-from spark_elastic.runtime.supervisor import JobShape
+from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
+from spark_elastic.runtime.coordinator.supervisor import JobShape
 
 FAST = AutoscalerConfig(
     enabled=True,

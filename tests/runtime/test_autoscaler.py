@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from spark_elastic.errors import ArgumentError, ArgumentTypeError
-from spark_elastic.runtime.autoscaler import (
+from spark_elastic.runtime.coordinator.autoscaler import (
     HOLD,
     MERGE,
     SCALE_IN,

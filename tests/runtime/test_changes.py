@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FAKE_TERMS, InProcess
 from spark_elastic.errors import ChangeRefusedError
-from spark_elastic.runtime.changes import (
+from spark_elastic.runtime.coordinator.changes import (
     BACKOFF_MAX_S,
     Change,
     StartFailures,
@@ -17,9 +17,9 @@ from spark_elastic.runtime.changes import (
     deadline_outcome,
     refuse_cancel,
 )
+from spark_elastic.runtime.coordinator.supervisor import input_lag
 from spark_elastic.runtime.lease import RESTART_TOLERANCE_S, gives_up
 from spark_elastic.runtime.protocol import FailureReport, Registration
-from spark_elastic.runtime.supervisor import input_lag
 
 
 def running(harness: InProcess, stateful: bool = False, **options: object) -> InProcess:

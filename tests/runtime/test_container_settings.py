@@ -11,11 +11,8 @@ import time
 import pytest
 
 from spark_elastic.errors import ArgumentError
-from spark_elastic.runtime.container import (
-    ContainerSettings,
-    CoordinatorClient,
-    _heartbeating,
-)
+from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
+from spark_elastic.runtime.container.warmups import _heartbeating
 
 BASE = {
     "EXECUTION_ENV_CONTAINER_ID": "clicks-c1",

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_elastic.runtime.container import _finish_batch
+from spark_elastic.runtime.container.run import _finish_batch
 
 
 class Watched:

@@ -22,10 +22,12 @@ from typing import Any
 import pytest
 
 from spark_elastic.errors import ArgumentError
+from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.placement import initial_assignment
+from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
+from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
-from spark_elastic.runtime.registry import Store
-from spark_elastic.runtime.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
-from spark_elastic.runtime.supervisor import JobShape, LocalLauncher, Supervisor, initial_assignment
 
 HERE = Path(__file__).parent
 # Leases of a few heartbeats (200 ms): short enough for quick failovers, long enough that
@@ -446,9 +448,9 @@ def test_the_status_page_shows_containers_tasks_and_events(coordinator: Coordina
 
 def test_the_coordinator_loads_no_spark(tmp_path: Path) -> None:
     probe = (
-        "import sys; import spark_elastic.runtime.server, spark_elastic.runtime.supervisor, "
-        "spark_elastic.cli.job; print(sorted(m for m in ('pyspark', 'pandas', 'pyarrow') "
-        "if m in sys.modules))"
+        "import sys; import spark_elastic.runtime.coordinator.server, "
+        "spark_elastic.runtime.coordinator.supervisor, spark_elastic.cli.job; "
+        "print(sorted(m for m in ('pyspark', 'pandas', 'pyarrow') if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True

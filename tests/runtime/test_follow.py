@@ -18,13 +18,8 @@ from test_generations import Count, counts, produce
 from spark_elastic import EmbeddedLog, Job, LogInput, ParquetSink, rescale
 from spark_elastic.dataplane.buckets import bucket_of_key
 from spark_elastic.model.groupers import Grouper
-from spark_elastic.runtime.container import (
-    ContainerSettings,
-    _offsets_of,
-    _rehearse,
-    _Replayer,
-)
-from spark_elastic.runtime.follow import (
+from spark_elastic.runtime.container import ContainerSettings
+from spark_elastic.runtime.container.follow import (
     follow,
     holder_batches,
     holders_idle,
@@ -33,7 +28,9 @@ from spark_elastic.runtime.follow import (
     source_fences,
     take_snapshot,
 )
-from spark_elastic.runtime.generations import last_committed_batch
+from spark_elastic.runtime.container.generations import last_committed_batch
+from spark_elastic.runtime.container.query import _offsets_of
+from spark_elastic.runtime.container.warmups import _rehearse, _Replayer
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel, JobModel

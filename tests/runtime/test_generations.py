@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, TaskProcessor, TaskState, with_task_state
 from spark_elastic.errors import CheckpointError
 from spark_elastic.log.source import register_log_source
-from spark_elastic.runtime.generations import fork_committed, last_committed_batch
+from spark_elastic.runtime.container.generations import fork_committed, last_committed_batch
 
 LAYOUT = [
     "metadata",

@@ -19,9 +19,9 @@ from test_coordinator import TASKS, TERMS, Coordinator, call, wait_until
 from spark_elastic import EmbeddedLog, LogInput
 from spark_elastic.cli.job import _InputWatch
 from spark_elastic.errors import ProtocolError
+from spark_elastic.runtime.coordinator.supervisor import JobShape
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.protocol import JobModel
-from spark_elastic.runtime.supervisor import JobShape
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog
 from spark_elastic.log.source import register_log_source
-from spark_elastic.runtime.supervisor import LocalLauncher
+from spark_elastic.runtime.coordinator.launcher import LocalLauncher
 
 pytestmark = pytest.mark.slow
 

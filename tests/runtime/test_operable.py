@@ -14,9 +14,9 @@ import pytest
 
 from conftest import InProcess
 from spark_elastic.errors import StoreFencedError, StoreOwnedError
+from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
 from spark_elastic.runtime.protocol import Registration
-from spark_elastic.runtime.registry import Store
-from spark_elastic.runtime.server import CoordinatorServer, bind
 
 
 def running(harness: InProcess) -> InProcess:

@@ -18,8 +18,9 @@ from test_coordinator import TASKS, TERMS, Coordinator, call, shape, wait_until
 from test_growth import Clock, crash
 from test_job_run import alive
 
+from spark_elastic.runtime.coordinator.placement import may_shut_down
+from spark_elastic.runtime.coordinator.supervisor import JobShape
 from spark_elastic.runtime.protocol import ContainerModel
-from spark_elastic.runtime.supervisor import JobShape, may_shut_down
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from test_coordinator import Coordinator, call, shape, wait_until
 from test_scale import started
 
-from spark_elastic.runtime.supervisor import JobShape
+from spark_elastic.runtime.coordinator.supervisor import JobShape
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 

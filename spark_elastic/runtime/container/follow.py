@@ -28,7 +28,7 @@ processor's output fences). At the handover it takes the old owners' final
 offsets as its fences, lifts the gate, and its running query publishes
 from there: no fork, no rescale and no first micro-batch at the move.
 
-May import :mod:`spark_elastic.state` and the runtime's pure modules.
+May import :mod:`spark_elastic.state`, :mod:`.generations` and the shared runtime modules.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_elastic.runtime.generations import fork_committed, last_committed_batch
+from spark_elastic.runtime.container.generations import fork_committed, last_committed_batch
 from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import (

@@ -1,6 +1,7 @@
-"""The coordinator's logic: the job model, container leases, failover; and the local launcher.
+"""The coordinator's state machine: the job model, container leases, failover, changes.
 
-No I/O but the store and process launches; the HTTP server (:mod:`.server`)
+No I/O but the store and the launcher (:mod:`.launcher`); where tasks go is
+:mod:`.placement`'s pure functions; the HTTP server (:mod:`.server`)
 calls in from its event loop, one call at a time, so nothing here locks.
 
 The recipe, in small steps:
@@ -9,8 +10,9 @@ The recipe, in small steps:
    decides how many of the plan's virtual tasks each container takes (by
    capacity, within one task), and each takes a contiguous run of them in
    (partition, bucket) order, so each partition's tasks sit in as few
-   containers as balance allows (:func:`initial_assignment`). A store that has a model keeps it:
-   the job definition must still match it, so a restart never remaps keys.
+   containers as balance allows (:func:`.placement.initial_assignment`). A
+   store that has a model keeps it: the job definition must still match it,
+   so a restart never remaps keys.
 2. **Lease.** A heartbeat, registration or progress report from a live
    container renews its lease at the coordinator's monotonic time of receipt.
    Anything from a container that is not live gets ``alive: false``.
@@ -39,7 +41,7 @@ The recipe, in small steps:
    the new owners as warm-ups (``JobModel.warmups``) while the old owners run
    every task; each tick, :meth:`Supervisor._advance_move` moves one group
    (warm-ups sharing an old owner) once the assignor's ``may_shut_down``
-   lists all its old owners (:func:`may_shut_down`: every piece of state
+   lists all its old owners (:func:`.placement.may_shut_down`: every piece of state
    they hold has a ready warm-up): it stops the group's old owners, then, once they are
    gone, hands the warm-ups their tasks with the old owners' checkpoints as
    sources.
@@ -47,22 +49,18 @@ The recipe, in small steps:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
-from spark_elastic.model.names import TaskKind, TaskName, validate_elasticity_factor
-from spark_elastic.runtime.autoscaler import (
+from spark_elastic.model.names import TaskKind, validate_elasticity_factor
+from spark_elastic.runtime.coordinator.autoscaler import (
     HOLD,
     AutoscalerConfig,
     ContainerLoad,
@@ -74,7 +72,7 @@ from spark_elastic.runtime.autoscaler import (
     evaluate,
     processing_rate,
 )
-from spark_elastic.runtime.changes import (
+from spark_elastic.runtime.coordinator.changes import (
     CATCHING_UP,
     DRAINING,
     HANDING_OVER,
@@ -85,8 +83,19 @@ from spark_elastic.runtime.changes import (
     deadline_outcome,
     refuse_cancel,
 )
+from spark_elastic.runtime.coordinator.launcher import Launcher
+from spark_elastic.runtime.coordinator.placement import (
+    initial_assignment,
+    locality_key,
+    may_shut_down,
+    model_factor,
+    scale_assignment,
+    task_share,
+    tasks_at_factor,
+)
+from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
-from spark_elastic.runtime.keys import Holders, buckets_at, parsed
+from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -98,17 +107,9 @@ from spark_elastic.runtime.protocol import (
     ProgressReport,
     Registration,
 )
-from spark_elastic.runtime.registry import ContainerRecord, Store
 from spark_elastic.state.checkpoint_dir import never_committed
 
-__all__ = [
-    "JobShape",
-    "Launcher",
-    "LocalLauncher",
-    "PartitionWatch",
-    "Supervisor",
-    "initial_assignment",
-]
+__all__ = ["JobShape", "PartitionWatch", "Supervisor", "input_lag", "status_json"]
 
 Clock = Callable[[], float]
 
@@ -186,187 +187,6 @@ def _offsets_text(offsets: Mapping[str, Mapping[int, int]]) -> str:
     return json.dumps({t: {str(p): o for p, o in sorted(ps.items())} for t, ps in offsets.items()})
 
 
-def _scale_assignment(
-    tasks: Sequence[str], current: Sequence[ContainerModel], containers: int
-) -> list[tuple[str, ...]]:
-    """The task sets of ``containers`` containers, sticky to ``current`` (KIP-441's assignor).
-
-    Scaling in, the newest containers leave; scaling out, new ones join empty.
-    """
-    from spark_elastic.assignment.assignor import assign
-    from spark_elastic.assignment.model import ClientState, TaskSpec
-
-    by_age = sorted(current, key=lambda c: c.generation)
-    leaving = {c.container_id for c in by_age[containers:]}
-    clients = [
-        ClientState(c.container_id, previous_active=c.tasks, leaving=c.container_id in leaving)
-        for c in current
-    ]
-    # Ids that sort after every current one: ties go to containers already running.
-    clients += [ClientState(f"~new-{i:06d}") for i in range(containers - len(current))]
-    result = assign([TaskSpec(t, stateful=False) for t in tasks], clients)
-    sets = [tuple(sorted(a.active)) for a in result.assignment.values() if a.active]
-    return sorted(sets)
-
-
-def may_shut_down(
-    warmups: Sequence[ContainerModel], owners: Sequence[ContainerModel], ready: set[str]
-) -> tuple[str, ...]:
-    """The old owners KIP-441's assignor lets shut down, with the ``ready`` warm-ups caught up.
-
-    The assignor's tasks are the pieces of state the move hands over: each
-    warm-up task (at the new factor, for a factor change) with each old
-    owner holding some of its keys (a merge's new task has several). Each
-    old owner is a leaving client running, caught up, the pieces it holds;
-    a ready warm-up has caught up with the pieces of its tasks (its snapshot
-    of their state), one still starting has none. The assignor leaves a
-    piece active on its leaving owner while no other client has caught up
-    with it, so an owner may shut down (its ``may_shut_down``) only once
-    every piece it holds has a ready new owner.
-    """
-    from spark_elastic.assignment.assignor import assign
-    from spark_elastic.assignment.model import ClientState, TaskSpec
-
-    holders = Holders(owners)
-    pieces: dict[str, list[str]] = {o.container_id: [] for o in owners}
-    wanted: dict[str, list[str]] = {w.container_id: [] for w in warmups}
-    for w in warmups:
-        for task in w.tasks:
-            for holder in sorted(holders.of([task])):
-                piece = f"{task} <- {holder}"
-                pieces[holder].append(piece)
-                wanted[w.container_id].append(piece)
-    clients = [
-        ClientState(
-            owner,
-            previous_active=held,
-            lags=dict.fromkeys(held, 0),
-            leaving=True,
-        )
-        for owner, held in pieces.items()
-    ]
-    clients += [
-        ClientState(
-            w,
-            previous_warmup=held,
-            lags=dict.fromkeys(held, 0) if w in ready else {},
-        )
-        for w, held in wanted.items()
-    ]
-    every = [TaskSpec(p, stateful=True) for held in pieces.values() for p in held]
-    return assign(every, clients).may_shut_down
-
-
-def _tasks_at_factor(containers: Sequence[ContainerModel], factor: int) -> list[tuple[str, ...]]:
-    """Per container (in order), the tasks at ``factor`` that take over its keys.
-
-    A split gives each task's children to its container. A merge gives each
-    parent (in locality order) to the container, among those holding one of
-    its children, with the fewest parents so far (ties: the oldest); once
-    those have their fair share, to the one with the fewest overall.
-    """
-    holders: dict[str, list[str]] = {}
-    for c in sorted(containers, key=lambda c: c.generation):
-        for t in c.tasks:
-            name = parsed(t)
-            f, k = name.elasticity_factor, name.key_bucket
-            for b in buckets_at(k, f, factor):
-                ids = holders.setdefault(str(name.base.at_factor(b, factor)), [])
-                if c.container_id not in ids:
-                    ids.append(c.container_id)
-    sets: dict[str, list[str]] = {c.container_id: [] for c in containers}
-    fair = -(-len(holders) // max(len(containers), 1))
-    oldest = [c.container_id for c in sorted(containers, key=lambda c: c.generation)]
-    for new in sorted(holders, key=_locality_key):
-        ids = [i for i in holders[new] if len(sets[i]) < fair] or oldest
-        sets[min(ids, key=lambda i: (len(sets[i]), ids.index(i)))].append(new)
-    return [tuple(sorted(sets[c.container_id])) for c in containers]
-
-
-def _model_factor(
-    model: JobModel, containers: Sequence[ContainerModel], warmups: Sequence[ContainerModel]
-) -> int:
-    """The job model's factor: the new one once no task of another factor is left."""
-    factors = {parsed(t).elasticity_factor for c in containers for t in c.tasks}
-    return factors.pop() if len(factors) == 1 and not warmups else model.elasticity_factor
-
-
-def _share(task: str) -> float:
-    """A task's share of its partitions' records: a key bucket's is ``1 / F``."""
-    name = parsed(task)
-    return 1.0 if name.kind is TaskKind.SINGLE else 1.0 / name.elasticity_factor
-
-
-def _locality_key(task: str) -> tuple[int, int, str]:
-    name = TaskName.parse(task)
-    partition = name.partition if name.partition is not None else -1
-    if name.ssp is not None:
-        partition = name.ssp.partition
-    return (partition, name.key_bucket, task)
-
-
-def initial_assignment(
-    tasks: Sequence[str], containers: int, capacities: Sequence[float] | None = None
-) -> list[tuple[str, ...]]:
-    """Share tasks among containers with the KIP-441 assignor, each share contiguous.
-
-    The assignor (:func:`spark_elastic.assign`) decides how many tasks each
-    container gets: shares follow capacities and differ by at most one task
-    from them. Which tasks is decided here: in (partition, bucket) order, the
-    first container takes the first contiguous run, and so on. Contiguous runs
-    keep a partition's virtual tasks together, so each container reads as few
-    partitions as balance allows (SEP-32's grouper optimization).
-
-    Parameters
-    ----------
-    tasks
-        Virtual task names.
-    containers
-        How many containers, at least 1 and at most the task count.
-    capacities
-        Each container's relative size (default: all 1).
-
-    Returns
-    -------
-    list[tuple[str, ...]]
-        One sorted tuple of task names per container, in container order.
-
-    Raises
-    ------
-    ArgumentError
-        ``containers`` out of range, or capacities not one positive number
-        per container.
-    """
-    from spark_elastic.assignment.assignor import assign
-    from spark_elastic.assignment.model import ClientState, TaskSpec
-
-    if isinstance(containers, bool) or not isinstance(containers, int) or containers < 1:
-        raise ArgumentError.invalid("containers", "a whole number >= 1", containers)
-    if containers > len(tasks):
-        raise ArgumentError.invalid(
-            "containers", f"at most the job's {len(tasks)} virtual tasks", containers
-        )
-    weights = [1.0] * containers if capacities is None else list(capacities)
-    if len(weights) != containers:
-        raise ArgumentError.invalid(
-            "capacities", f"one capacity per container ({containers})", len(weights)
-        )
-    # Ids that sort like their positions: the assignor breaks ties by id.
-    ids = [f"container-{i:06d}" for i in range(containers)]
-    # Stateless here: a new job has no state anywhere, so nothing needs warming up.
-    result = assign(
-        [TaskSpec(task, stateful=False) for task in tasks],
-        [ClientState(i, capacity=w) for i, w in zip(ids, weights, strict=True)],
-    )
-    ordered = sorted(tasks, key=_locality_key)
-    chunks, start = [], 0
-    for i in ids:
-        end = start + len(result.assignment[i].active)
-        chunks.append(tuple(sorted(ordered[start:end])))
-        start = end
-    return chunks
-
-
 class PartitionWatch(Protocol):
     """Where the coordinator reads its inputs' partitions (the embedded log or Kafka)."""
 
@@ -377,144 +197,6 @@ class PartitionWatch(Protocol):
     def end_offsets(self, topic: str) -> Mapping[int, int]:
         """``{partition: end offset}`` of ``topic`` now."""
         ...
-
-
-class Launcher(Protocol):
-    """Starts and stops container processes (local processes by default)."""
-
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
-        """Start a container; return its PID."""
-        ...
-
-    def alive(self, pid: int, container_id: str) -> bool:
-        """Whether ``pid`` is still that container's process."""
-        ...
-
-    def terminate(self, pid: int, container_id: str) -> None:
-        """Ask the container's main process to stop (SIGTERM, only if it is still that
-        container): it finishes its micro-batch in flight, stops its query and exits."""
-        ...
-
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
-        """Signal every process the container started (only processes of that container),
-        even once its main process has exited."""
-        ...
-
-    def reap(self) -> None:
-        """Collect the exit status of containers that exited (no zombies); called each tick."""
-        ...
-
-
-@dataclass
-class LocalLauncher:
-    """Containers as local processes: ``python -m spark_elastic container run``.
-
-    Each container runs in its own session (so a coordinator that dies does
-    not take its containers down), with its output in
-    ``<log_dir>/<container_id>.log``. A PID is trusted only while
-    ``/proc/<pid>/environ`` still names the container, so a reused PID is
-    never signalled.
-
-    Attributes
-    ----------
-    log_dir
-        Where container logs go.
-    command
-        The container command (default: this interpreter running
-        ``spark_elastic container run``).
-    env
-        Extra environment for every container.
-    """
-
-    log_dir: Path
-    command: Sequence[str] = (sys.executable, "-m", "spark_elastic", "container", "run")
-    env: Mapping[str, str] = field(default_factory=dict)
-    launched: dict[int, str] = field(default_factory=dict, repr=False)
-    """PID -> container id of every process this launcher started."""
-    _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
-
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
-        """Start a container; return its PID."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with (self.log_dir / f"{container_id}.log").open("ab") as log:
-            process = subprocess.Popen(
-                list(self.command),
-                env={**os.environ, **self.env, **env},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self._children[process.pid] = process
-        self.launched[process.pid] = container_id
-        return process.pid
-
-    def alive(self, pid: int, container_id: str) -> bool:
-        """Whether ``pid`` is still that container's process (zombies count as dead).
-
-        A process this launcher started is its child: its PID cannot be reused
-        before it is reaped, so its exit status says it all. /proc would not:
-        between fork and exec it shows the launcher's own environment, and a
-        container just launched looked as if it had exited.
-        """
-        child = self._children.get(pid)
-        if child is not None and self.launched.get(pid) == container_id:
-            return child.poll() is None
-        return _of_container(pid, container_id) is not None
-
-    def terminate(self, pid: int, container_id: str) -> None:
-        """SIGTERM to the container's main process only, if ``pid`` is still that container.
-
-        Not to its process group: its Spark driver (a JVM in the group) would
-        abandon the micro-batch in flight, which the container finishes first.
-        """
-        if self.alive(pid, container_id):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
-        """Signal the container's process group while any process of it is that container's.
-
-        Its main process leads the group (its own session); what it started,
-        its JVM included, inherits the container's id in its environment. So
-        the group is signalled after its leader exited too (what is left of
-        it), and never once its id could name someone else's group.
-        """
-        if self.alive(pid, container_id) or _group_of_container(pid, container_id):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)
-
-    def reap(self) -> None:
-        """Wait for every child that exited, so none stays a zombie until the coordinator exits.
-
-        A reaped child is forgotten here: from then on ``alive`` asks /proc,
-        which checks the container's id, so a reused PID is never taken for it.
-        """
-        for pid, child in list(self._children.items()):
-            if child.poll() is not None:
-                del self._children[pid]
-
-
-def _of_container(pid: int, container_id: str) -> int | None:
-    """``pid``'s process group when it is a live (not zombie) process of that container."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    if fields[0] == "Z" or f"{CONTAINER_ID_ENV}={container_id}".encode() not in environ.split(
-        b"\0"
-    ):
-        return None
-    return int(fields[2])
-
-
-def _group_of_container(group: int, container_id: str) -> bool:
-    """Whether a live process of that container is in process group ``group``."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _of_container(int(entry.name), container_id) == group:
-            return True
-    return False
 
 
 @dataclass
@@ -714,14 +396,13 @@ class Supervisor:
                 for c in owners
             }
             heirs.update({w.container_id: self._new_container(db, w.tasks, ()) for w in warmups})
-            resumed = replace(
+            resumed = self._next_model(
+                db,
                 model,
-                version=model.version + 1,
-                containers=_sorted([heirs.get(c.container_id, c) for c in model.containers]),
-                warmups=_sorted([heirs.get(w.container_id, w) for w in model.warmups]),
+                containers=[heirs.get(c.container_id, c) for c in model.containers],
+                warmups=[heirs.get(w.container_id, w) for w in model.warmups],
                 stopping=tuple(c for c in model.stopping if c not in heirs),
             )
-            self.store.save_model(db, resumed)
             self._set_job_state(db, "running", "resumed")
             self.store.add_event(
                 db,
@@ -781,19 +462,31 @@ class Supervisor:
             self.store.set_meta(db, "plannedFactor", str(self.shape.elasticity_factor))
             for tasks in chunks:
                 entries.append(self._new_container(db, tasks, ()))
-            model = JobModel(
-                1,
-                self.shape.name,
-                self.shape.elasticity_factor,
-                dict(self.shape.partitions),
-                tuple(sorted(entries, key=lambda c: c.container_id)),
+            # Version 1 follows an empty version 0, which is never stored.
+            empty = JobModel(
+                0, self.shape.name, self.shape.elasticity_factor, dict(self.shape.partitions)
             )
-            self.store.save_model(db, model)
+            model = self._next_model(db, empty, containers=entries)
             self.store.add_event(
                 db,
                 "start",
                 detail=f"job model 1: {len(self.shape.tasks)} tasks in {containers} containers",
             )
+        return model
+
+    def _next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
+        """The job model's next version, saved in ``db``'s transaction: the one writer of
+        job model versions.
+
+        ``changes`` (``JobModel`` fields) are applied to ``base`` (default:
+        the current model), the version is one higher, and the containers and
+        warm-ups are in id order. The caller sets ``self.model`` once its
+        own steps are done.
+        """
+        base = self.model if base is None else base
+        model = replace(base, **changes, version=base.version + 1)
+        model = replace(model, containers=_sorted(model.containers), warmups=_sorted(model.warmups))
+        self.store.save_model(db, model)
         return model
 
     def _new_container(
@@ -1211,14 +904,12 @@ class Supervisor:
         old = [self._records[c.container_id] for c in self.model.containers]
         with self.store.transaction() as db:
             successors = [self._new_container(db, r.tasks, self._sources_of(r)) for r in old]
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
+            model = self._next_model(
+                db,
                 partitions=counts,
-                containers=tuple(sorted(successors, key=lambda c: c.container_id)),
+                containers=successors,
                 planned_partitions=dict(self.model.planned),
             )
-            self.store.save_model(db, model)
             self.store.set_meta(db, "growth", "")
             self._phase(db, HANDING_OVER)
             for record, new in zip(old, successors, strict=True):
@@ -1339,8 +1030,7 @@ class Supervisor:
                 self.store.update_container(
                     db, container_id, state="cancelled", ended_at=time.time()
                 )
-            model = replace(self.model, version=self.model.version + 1, warmups=(), stopping=())
-            self.store.save_model(db, model)
+            model = self._next_model(db, warmups=(), stopping=())
             self._save_change(db, None)
             summary = (
                 f"{change.summary} rolled back: {why}; warm-ups {', '.join(warmups)} stop, "
@@ -1473,7 +1163,7 @@ class Supervisor:
         current = list(self.model.containers)
         if containers == len(current):
             return f"already {containers} containers: nothing to do"
-        plan = _scale_assignment(tasks, current, containers)
+        plan = scale_assignment(tasks, current, containers)
         kept = [c for c in current if c.tasks in plan]
         moved = [c for c in current if c.tasks not in plan]
         new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
@@ -1495,12 +1185,7 @@ class Supervisor:
                 )
                 for task_set in new_sets
             ]
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                containers=tuple(sorted([*kept, *successors], key=lambda c: c.container_id)),
-            )
-            self.store.save_model(db, model)
+            model = self._next_model(db, containers=[*kept, *successors])
             summary = (
                 f"{len(current)} -> {containers} containers: {len(kept)} keep their tasks, "
                 f"{len(moved)} hand over to {len(successors)}, job model {model.version}"
@@ -1563,12 +1248,7 @@ class Supervisor:
         with self.store.transaction() as db:
             warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
             self._mark_move(db, warmups)
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                warmups=tuple(sorted(warmups, key=lambda c: c.container_id)),
-            )
-            self.store.save_model(db, model)
+            model = self._next_model(db, warmups=warmups)
             kind, title, target = what
             self._begin_change(db, kind, title, target, WARMING, len(self._move_groups(model)))
             summary = describe(len(warmups), model.version)
@@ -1696,9 +1376,8 @@ class Supervisor:
         now = self.clock()
         if not ids <= set(self.model.stopping):
             stopping = tuple(sorted({*self.model.stopping, *ids}))
-            model = replace(self.model, version=self.model.version + 1, stopping=stopping)
             with self.store.transaction() as db:
-                self.store.save_model(db, model)
+                model = self._next_model(db, stopping=stopping)
                 self.store.add_event(
                     db,
                     "move",
@@ -1761,15 +1440,13 @@ class Supervisor:
             took = {w.container_id for w in warmups}
             staying = [c for c in self.model.containers if c.container_id not in gone]
             left = tuple(w for w in self.model.warmups if w.container_id not in took)
-            model = replace(
-                self.model,
-                version=self.model.version + 1,
-                containers=tuple(sorted([*staying, *taking], key=lambda c: c.container_id)),
+            model = self._next_model(
+                db,
+                containers=[*staying, *taking],
                 warmups=left,
-                elasticity_factor=_model_factor(self.model, [*staying, *taking], left),
+                elasticity_factor=model_factor(self.model, [*staying, *taking], left),
                 stopping=tuple(c for c in self.model.stopping if c not in gone),
             )
-            self.store.save_model(db, model)
             if self.change is not None:
                 self._save_change(db, self.change.group_moved(time.time()))
         for warm in taking:
@@ -1823,7 +1500,7 @@ class Supervisor:
             return f"already at elasticity factor {factor}: nothing to do"
         return self._start_move(
             _change_of("factor", f"elasticity factor {old} -> {factor}", elasticityFactor=factor),
-            _tasks_at_factor(current, factor),
+            tasks_at_factor(current, factor),
             lambda warmups, version: (
                 f"elasticity factor {old} -> {factor}: {warmups} containers warm up to take "
                 f"over from {len(current)}, one group at a time (job model {version})"
@@ -1905,21 +1582,10 @@ class Supervisor:
             new = self._new_container(db, old.tasks, () if warming else self._sources_of(old))
             if warming:
                 warmups = [w for w in self.model.warmups if w.container_id != old_id]
-                model = replace(
-                    self.model,
-                    version=self.model.version + 1,
-                    warmups=tuple(sorted([*warmups, new], key=lambda c: c.container_id)),
-                    stopping=stopping,
-                )
+                model = self._next_model(db, warmups=[*warmups, new], stopping=stopping)
             else:
                 containers = [c for c in self.model.containers if c.container_id != old_id]
-                model = replace(
-                    self.model,
-                    version=self.model.version + 1,
-                    containers=tuple(sorted([*containers, new], key=lambda c: c.container_id)),
-                    stopping=stopping,
-                )
-            self.store.save_model(db, model)
+                model = self._next_model(db, containers=[*containers, new], stopping=stopping)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
             self.store.add_event(db, "expire", old_id, reason)
             self.store.add_event(
@@ -2020,7 +1686,8 @@ class Supervisor:
                 for c in sorted(self.model.containers, key=lambda c: c.generation)
             ),
             tuple(
-                TaskLoad(t, owner[t], lags[t], _share(t)) for t in sorted(owner, key=_locality_key)
+                TaskLoad(t, owner[t], lags[t], task_share(t))
+                for t in sorted(owner, key=locality_key)
             ),
             self.model.elasticity_factor,
             self.shape.elasticity_factor,
@@ -2279,7 +1946,7 @@ class Supervisor:
                 "offsets": progress.get(task, {}).get("offsets", {}),
                 "lag": lags[task],
             }
-            for task in sorted(owner, key=_locality_key)
+            for task in sorted(owner, key=locality_key)
         ]
         return {
             "job": self.shape.name,

@@ -55,13 +55,13 @@ from spark_elastic.errors import (
     SparkElasticError,
     StoreFencedError,
 )
+from spark_elastic.runtime.coordinator.supervisor import Supervisor
 from spark_elastic.runtime.protocol import (
     FailureReport,
     ProgressReport,
     Registration,
     validate_container_id,
 )
-from spark_elastic.runtime.supervisor import Supervisor
 
 __all__ = ["CoordinatorServer", "bind", "is_loopback"]
 

@@ -8,7 +8,7 @@ transaction.
 
 What is *not* stored: lease renewal times. They are monotonic-clock readings,
 meaningless to another process; a restarted coordinator gives every
-container it knows a fresh lease instead (see :mod:`.coordinator`).
+container it knows a fresh lease instead (see :mod:`.supervisor`).
 
 Tables::
 

@@ -1,0 +1,141 @@
+"""A new generation's checkpoint, set up once from its predecessors' before its query starts.
+
+A stateful generation that takes exactly its one predecessor's tasks forks
+its committed prefix (:mod:`.generations`); one that takes tasks from
+several, or some of one's, adopts the snapshot it followed
+(:mod:`.follow`) or rescales their committed checkpoints to its tasks
+(:func:`~spark_elastic.rescale` with ``tasks``). A stateless one starts a
+fresh checkpoint where its predecessors stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_elastic.runtime.container.console import _log
+from spark_elastic.runtime.container.follow import take_snapshot
+from spark_elastic.runtime.container.generations import fork_committed
+from spark_elastic.runtime.container.query import needed_partitions
+from spark_elastic.runtime.protocol import ContainerModel
+from spark_elastic.state.checkpoint_dir import fences_path, read_fences, write_fences
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_elastic.model.plan import JobPlan
+
+
+def _prepare_checkpoint(
+    mine: ContainerModel, plan: JobPlan, stateful: bool, spark: SparkSession
+) -> dict[str, dict[str, int]] | None:
+    """Set up this generation from its predecessors, once; the starting offsets, if any.
+
+    Runs on the driver, once per container, before its query starts.
+
+    A stateful generation that takes exactly its one predecessor's tasks
+    forks its committed prefix (keyed state and bucket checkpoints included).
+    One that takes tasks from several predecessors, or some of one's, forks
+    each one's committed prefix privately (hard links: they may be shared
+    with another successor) and rescales them to its share of the tasks.
+    A stateless one starts a fresh checkpoint where its predecessors stopped:
+    for each partition its tasks read, the lowest offset any of them
+    committed (two predecessors may have read one partition for different
+    tasks; output is at-least-once), and the earliest offset for a partition
+    none of them read (a new one, after growth).
+    """
+    target = Path(mine.checkpoint)
+    if target.exists() or not mine.sources:
+        return _rescaled_starts(target, plan, mine) if stateful else None
+    if not stateful:
+        from spark_elastic.state.checkpoint_dir import last_batch
+
+        batches = [b for b in map(last_batch, mine.sources) if b is not None]
+        starts: dict[str, dict[str, int]] = {}
+        for topic, partitions in needed_partitions(plan, mine.tasks).items():
+            for partition in partitions:
+                seen = [
+                    int(b.offsets[topic][str(partition)])
+                    for b in batches
+                    if str(partition) in b.offsets.get(topic, {})
+                ]
+                starts.setdefault(topic, {})[str(partition)] = min(seen) if seen else -2
+        _log(f"starting from the offsets {len(mine.sources)} predecessors committed: {starts}")
+        return starts
+    if len(mine.sources) == 1 and _runs_exactly(mine.sources[0], plan, mine.tasks):
+        result = fork_committed(mine.sources[0], target)
+        _log(
+            f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
+            f"({result.files} files, {result.bytes} bytes)"
+        )
+        return _rescaled_starts(target, plan, mine)
+    snapshot = take_snapshot(target, mine.sources)
+    if snapshot is not None:
+        _log(
+            f"took over {len(mine.tasks)} tasks from the state it followed ({snapshot.keys} keys "
+            f"as of batches {dict(snapshot.sources)}): nothing committed since"
+        )
+    else:
+        _take_over(mine, plan, spark)
+    # A source that replayed an earlier owner and had not passed its fences yet: what is
+    # below them was published by that owner, so it stays quiet here too (a fork copies
+    # the file; a rescale does not).
+    carried = sorted({f for source in mine.sources for f in read_fences(fences_path(source))})
+    if carried:
+        write_fences(target, carried)
+    return _rescaled_starts(target, plan, mine)
+
+
+def _runs_exactly(source: str, plan: JobPlan, tasks: tuple[str, ...]) -> bool:
+    """Whether a source checkpoint ran exactly these tasks at the plan's factor."""
+    from spark_elastic.state.checkpoint_dir import read_job
+
+    job = read_job(source)
+    if job is None or job.elasticity_factor != plan.elasticity_factor:
+        return False
+    owned = set(plan.task_names()) if job.tasks is None else set(job.tasks)
+    return owned == set(tasks)
+
+
+def _take_over(mine: ContainerModel, plan: JobPlan, spark: SparkSession) -> None:
+    """Rescale the predecessors' committed checkpoints to this container's tasks."""
+    from spark_elastic.state.rescale import rescale
+
+    target = Path(mine.checkpoint)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.sources.", dir=target.parent))
+    try:
+        forks = []
+        for i, source in enumerate(mine.sources):
+            fork = staging / str(i)
+            fork_committed(source, fork)
+            forks.append(fork)
+        started = time.monotonic()
+        result = rescale(forks, target, plan.elasticity_factor, spark, tasks=mine.tasks)
+        _log(
+            f"took over {len(mine.tasks)} tasks from {len(mine.sources)} checkpoints: "
+            f"{result.keys} keys in {time.monotonic() - started:.1f} s"
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _rescaled_starts(
+    target: Path, plan: JobPlan, mine: ContainerModel
+) -> dict[str, dict[str, int]] | None:
+    """Where a rescaled checkpoint's first query reads (None once it ran, or if not rescaled)."""
+    from spark_elastic.state.rescale import starting_offsets
+
+    text = starting_offsets(target, default="")
+    if not text:
+        return None
+    needed = needed_partitions(plan, mine.tasks)
+    offsets: dict[str, dict[str, int]] = json.loads(text)
+    return {
+        topic: {str(p): int(offsets.get(topic, {}).get(str(p), 0)) for p in partitions}
+        for topic, partitions in needed.items()
+    }

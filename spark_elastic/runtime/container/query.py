@@ -1,0 +1,291 @@
+"""The container's query, on its driver: its SparkSession, its query, its progress.
+
+The session is the container's own Spark application, with the job's code
+shipped to Python workers by value. The query subscribes only to its
+tasks' partitions, keeps its tasks' records (routing or keyed state), and
+writes through ``foreachBatch``, which checks the lease right before the
+job's sink is called (a warm-up's batches go to Spark's no-op sink). Each
+committed batch's progress becomes a :class:`ProgressReport`
+(:func:`build_report`); a stop that hangs past its limit exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_elastic.errors import ProtocolError
+from spark_elastic.runtime.container.console import EXIT_FENCED, _log
+from spark_elastic.runtime.container.settings import ContainerSettings
+from spark_elastic.runtime.job import BatchContext, Job
+from spark_elastic.runtime.lease import RESTART_TOLERANCE_S, ContainerLease
+from spark_elastic.runtime.protocol import ContainerModel, ProgressReport, TaskProgress
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from spark_elastic.model.plan import JobPlan
+
+__all__ = ["build_report", "needed_partitions"]
+
+READ_METRIC = "spark_elastic_read"
+OWN_METRIC = "spark_elastic_own"
+
+
+def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSession:
+    """The container's own SparkSession (its own Spark application), local or on a cluster."""
+    from spark_elastic.dataplane.session import _DEFAULT_CONF, find_java
+
+    find_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(settings.master).appName(app_name)
+    for key, value in {**_DEFAULT_CONF, **dict(job.spark_conf), **settings.spark_conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _factor_of(mine: ContainerModel, job: Job) -> int:
+    """The factor this container's tasks are at: the job's, or a live change's new one."""
+    from spark_elastic.model.names import TaskName
+
+    factors = {TaskName.parse(t).elasticity_factor for t in mine.tasks}
+    if not factors:
+        return job.elasticity_factor
+    if len(factors) > 1:
+        raise ProtocolError(
+            f"job model: container {mine.container_id!r} has tasks at factors {sorted(factors)}"
+        )
+    return factors.pop()
+
+
+def _job_session(job: Job, module: Any, settings: ContainerSettings) -> SparkSession:
+    """The container's session, with the job's code shipped to Python workers by value."""
+    spark = _session(job, settings, f"spark-elastic {job.name} {settings.container_id}")
+    from pyspark import cloudpickle
+
+    # The job's functions and classes travel to Spark's Python workers by value, so the
+    # workers need not import the job file (it may not be on their path, e.g. on a cluster).
+    cloudpickle.register_pickle_by_value(module)
+    return spark
+
+
+def needed_partitions(plan: JobPlan, tasks: tuple[str, ...]) -> dict[str, list[int]]:
+    """``{topic: partitions}`` the given tasks read: all a container's query subscribes to.
+
+    Parameters
+    ----------
+    plan
+        The job's plan.
+    tasks
+        Task names of the plan.
+
+    Returns
+    -------
+    dict[str, list[int]]
+        Sorted partitions per topic.
+    """
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    unknown = [t for t in tasks if t not in ids]
+    if unknown:
+        raise ProtocolError(f"job model: task {unknown[0]!r} is not in the job's plan")
+    needed: dict[str, set[int]] = {}
+    for name in tasks:
+        for ssp in plan.task(ids[name]).partitions:
+            needed.setdefault(ssp.stream, set()).add(ssp.partition)
+    return {topic: sorted(parts) for topic, parts in sorted(needed.items())}
+
+
+def _output(
+    spark: SparkSession,
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    starts: Mapping[str, Mapping[str, int]] | None = None,
+    gate: str | None = None,
+) -> DataFrame:
+    """The container's streaming output over its tasks (driver, once per query)."""
+    from pyspark.sql import functions as F
+
+    # The embedded log's source and Spark's kafka source get the same options.
+    reader = job.input.stream_reader(spark, needed_partitions(plan, mine.tasks))
+    if starts is not None:  # a fresh checkpoint: where the predecessors stopped
+        reader = reader.option("startingOffsets", json.dumps(starts))
+    if gate is not None:  # a replaying warm-up: no further than the old owners committed
+        reader = reader.option("gate", gate)
+    records = reader.load().observe(READ_METRIC, F.count(F.lit(1)).alias("read"))
+    # Spark pins the state partition count in the checkpoint at the first start; one per task.
+    spark.conf.set("spark.sql.shuffle.partitions", str(plan.task_count))
+    if job.processor is not None:
+        from spark_elastic.state.processor import with_task_state
+
+        output = records.transform(
+            with_task_state(
+                job.processor,
+                job=job.name,
+                checkpoint_location=mine.checkpoint,
+                plan=plan,
+                tasks=mine.tasks,
+                hash=job.hash,  # type: ignore[arg-type]
+            )
+        )
+    else:
+        from spark_elastic.dataplane.transforms import VirtualTaskRouting, with_virtual_tasks
+
+        assert job.transform is not None  # noqa: S101 - Job guarantees exactly one of the two
+        routed = records.transform(
+            with_virtual_tasks(plan=plan, hash=job.hash, route=False)  # type: ignore[arg-type]
+        ).filter(F.col("virtual_task").isin(list(mine.tasks)))
+        routed = routed.observe(OWN_METRIC, F.count(F.lit(1)).alias("own")).repartition(
+            VirtualTaskRouting.of(plan).task_count, "routing_key"
+        )
+        output = job.transform(routed)
+    return output
+
+
+def _start_query(
+    spark: SparkSession,
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    lease: ContainerLease,
+    settings: ContainerSettings,
+    starts: Mapping[str, Mapping[str, int]] | None = None,
+    gate: str | None = None,
+    live: threading.Event | None = None,
+) -> StreamingQuery:
+    """Build and start the container's query. Runs on the driver, once per container.
+
+    A replaying warm-up passes its ``gate`` file and a ``live`` event that
+    is set once it owns its tasks: until then every batch is computed (its
+    state must advance) into Spark's no-op sink, not the job's.
+    """
+    output = _output(spark, job, plan, mine, starts, gate)
+    sink, container_id, generation = job.sink, mine.container_id, mine.generation
+    # A write waits for a renewal through a coordinator restart (its lease lapsed meanwhile).
+    wait_s = max(settings.shutdown_s, RESTART_TOLERANCE_S + settings.heartbeat_s * 2)
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
+        # commits it: a refused write fails the batch, so it never commits.
+        # A lapsed lease (coordinator unreachable) pauses the write until it is renewed.
+        if live is not None and not live.is_set():
+            # A warm-up's batch: every record is below its fence, so there is no output
+            # to publish, and nothing is published (no lease needed).
+            batch.write.format("noop").mode("append").save()
+            return
+        what = f"batch {batch_id}"
+        lease.await_write(what, wait_s)
+
+        def fence() -> None:
+            lease.await_write(what, wait_s)
+
+        sink.write(batch, BatchContext(batch_id, container_id, generation, fence))
+
+    return (
+        output.writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", mine.checkpoint)
+        .queryName(f"{job.name}-{container_id}")
+        .trigger(processingTime=job.trigger_interval)
+        .start()
+    )
+
+
+def _progress_json(progress: Any) -> dict[str, Any]:
+    if progress is None:
+        return {}
+    text = getattr(progress, "json", None)
+    if isinstance(text, str):
+        loaded: dict[str, Any] = json.loads(text)
+        return loaded
+    return dict(progress)
+
+
+def _offsets_of(progress: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+    offsets: dict[str, dict[int, int]] = {}
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end)
+        for topic, partitions in (end or {}).items():
+            for partition, offset in partitions.items():
+                offsets.setdefault(topic, {})[int(partition)] = int(offset)
+    return offsets
+
+
+def _metric(progress: Mapping[str, Any], name: str, field: str) -> int:
+    value = progress.get("observedMetrics", {}).get(name, {})
+    return int(value.get(field, 0)) if isinstance(value, Mapping) else 0
+
+
+def build_report(
+    job: Job, plan: JobPlan, mine: ContainerModel, progress: Mapping[str, Any]
+) -> ProgressReport:
+    """The progress report for one committed batch (driver, once per batch).
+
+    Parameters
+    ----------
+    job, plan, mine
+        The job, its plan and this container's share of the model.
+    progress
+        The query's last progress, as JSON.
+
+    Returns
+    -------
+    ProgressReport
+        Committed offsets and lag per task, and records read against processed.
+    """
+    offsets = _offsets_of(progress)
+    ends = {topic: job.input.end_offsets(topic) for topic in offsets}
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    tasks = []
+    for name in mine.tasks:
+        own: dict[str, dict[int, int]] = {}
+        lag = 0
+        for ssp in plan.task(ids[name]).partitions:
+            committed = offsets.get(ssp.stream, {}).get(ssp.partition, 0)
+            own.setdefault(ssp.stream, {})[ssp.partition] = committed
+            end = ends.get(ssp.stream, {})
+            lag += max(int(end[ssp.partition]) - committed, 0) if ssp.partition in end else 0
+        tasks.append(TaskProgress(name, own, lag))
+    read = _metric(progress, READ_METRIC, "read")
+    if job.processor is not None:
+        processed = _metric(progress, "spark_elastic", "records_processed") + _metric(
+            progress, "spark_elastic", "records_skipped"
+        )
+    else:
+        processed = _metric(progress, OWN_METRIC, "own")
+    return ProgressReport(
+        mine.container_id,
+        mine.generation,
+        int(progress.get("batchId", 0)),
+        read,
+        processed,
+        tuple(tasks),
+    )
+
+
+def _stop_within(query: StreamingQuery, limit_s: float) -> None:
+    """Stop the query gracefully; if that hangs past ``limit_s``, exit 1 at once (Samza)."""
+
+    def force() -> None:
+        _log(f"graceful stop took over {limit_s:.0f} s; forcing exit(1)")
+        os._exit(EXIT_FENCED)
+
+    watchdog = threading.Timer(limit_s, force)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        query.stop()
+    except Exception as exc:  # stopping a failed query may raise its error again
+        _log(f"stop: {type(exc).__name__}: {exc}")
+    finally:
+        watchdog.cancel()

@@ -1,0 +1,481 @@
+"""A warm-up (KIP-441): a new owner that gets going before it owns its tasks.
+
+A container the job model lists as a *warm-up* (KIP-441) first starts its
+Spark application and Python workers; a stateful one then follows its old
+owners' committed state (:mod:`.follow`). On the embedded log it *replays*:
+it takes a snapshot of its tasks' keys as its own checkpoint and starts
+its query there, reading up to where the old owners committed (the
+source's ``gate``) and applying those records to its state without output
+(the checkpoint's output fences); it registers (that says it is ready) once
+it has caught up, and keeps following. When the coordinator hands it its
+tasks (their old owners stopped), it takes their final offsets as its
+fences and lifts the gate: the query it has been running publishes from
+there. Otherwise (a Kafka input, or ``SPARK_ELASTIC_WARMUP=snapshot``) it
+renews a snapshot while it waits, registers after the first, and at the
+handover takes the snapshot as its checkpoint when the old owners committed
+nothing since (else rescales their checkpoints again) and starts its query.
+Removed from the model meanwhile, a warm-up exits 0.
+
+``_Follower`` takes the snapshots, ``_Replayer`` runs the replaying query;
+``_catch_up`` and ``_await_tasks`` are the waits before it registers and
+before it owns its tasks.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_elastic.errors import ProtocolError
+from spark_elastic.log.gate import read_gate, write_gate
+from spark_elastic.runtime.container.checkpoint import _rescaled_starts
+from spark_elastic.runtime.container.client import CoordinatorClient
+from spark_elastic.runtime.container.console import _log
+from spark_elastic.runtime.container.follow import (
+    adopt_snapshot,
+    drop_snapshot,
+    follow,
+    gate_for,
+    highest,
+    holder_checkpoints,
+    holders_idle,
+    holders_stopping,
+    read_all_it_could,
+    source_fences,
+)
+from spark_elastic.runtime.container.query import (
+    _factor_of,
+    _offsets_of,
+    _output,
+    _progress_json,
+    _start_query,
+    _stop_within,
+)
+from spark_elastic.runtime.container.settings import ContainerSettings
+from spark_elastic.runtime.growth import grown_plan
+from spark_elastic.runtime.job import Job, LogInput
+from spark_elastic.runtime.lease import ContainerLease
+from spark_elastic.runtime.protocol import ContainerModel, JobModel
+from spark_elastic.state.checkpoint_dir import Fence, elastic_dir, write_fences
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pandas as pd
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from spark_elastic.model.plan import JobPlan
+
+
+def _warm_up(spark: SparkSession) -> None:
+    """Start the Python workers a query's first batch would wait for (driver, once)."""
+    spark.range(0, 64, numPartitions=spark.sparkContext.defaultParallelism).mapInPandas(
+        _pass_through, "id long"
+    ).count()
+
+
+def _pass_through(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """``mapInPandas`` function of the warm-up; runs on executors, once per partition."""
+    yield from frames
+
+
+def _rehearse(
+    spark: SparkSession, job: Job, plan: JobPlan, warm: ContainerModel, snapshot: Path
+) -> None:
+    """Run the job's query once on a throwaway copy of a snapshot, into a no-op sink.
+
+    Runs on a warm-up's driver, once: the new owner's first micro-batch then
+    finds the source, the routing, the state store loading its initial
+    state and the processor's Python workers already warm. The copy is
+    hard-linked and removed after; nothing reaches the job's sink.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix=".rehearsal.", dir=snapshot.parent.parent))
+    started = time.monotonic()
+    try:
+        copy = scratch / "checkpoint"
+        shutil.copytree(snapshot, copy, copy_function=os.link)
+        rehearsal = ContainerModel(warm.container_id, warm.tasks, warm.generation, str(copy))
+        output = _output(spark, job, plan, rehearsal, _rescaled_starts(copy, plan, rehearsal))
+        query = (
+            output.writeStream.format("noop")
+            .option("checkpointLocation", str(copy))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            query.stop()
+        _log(f"rehearsed a first micro-batch in {time.monotonic() - started:.1f} s")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _Follower:
+    """A stateful warm-up's snapshots of its old owners' state (driver; see :mod:`.follow`)."""
+
+    def __init__(self, spark: SparkSession, job: Job, every_s: float) -> None:
+        self.spark, self.job, self.every_s = spark, job, every_s
+        self.last = -float("inf")
+        self.rehearsed = False
+
+    def __call__(self, model: JobModel, container_id: str) -> None:
+        warm = model.warmup(container_id)
+        if warm is None or time.monotonic() - self.last < self.every_s:
+            return
+        if holders_stopping(model, warm.tasks):
+            return  # the handover forks their final checkpoints: a snapshot now is wasted
+        self.last = time.monotonic()
+        factor = _factor_of(warm, self.job)
+        try:
+            snapshot = follow(self.spark, model, warm, factor)
+            if snapshot is not None and not self.rehearsed:
+                self.rehearsed = True
+                plan = grown_plan(self.job.grouper, factor, model.planned, model.partitions)
+                _rehearse(self.spark, self.job, plan, warm, snapshot.path)
+        except Exception as exc:  # the owners moved on: the handover rescales instead
+            _log(f"following the old owners failed ({type(exc).__name__}: {exc}); will retry")
+            return
+        if snapshot is not None:
+            _log(
+                f"followed {len(snapshot.sources)} old owners to batches "
+                f"{sorted(snapshot.sources.values())}: {snapshot.keys} keys in "
+                f"{snapshot.seconds:.1f} s"
+            )
+
+    def caught_up(self, model: JobModel, container_id: str) -> bool:
+        """Snapshots have nothing to catch up with: ready once the old owners are stopping."""
+        warm = model.warmup(container_id)
+        return warm is not None and holders_stopping(model, warm.tasks)
+
+
+class _Replayer:
+    """A replaying warm-up: its query on a snapshot, following its old owners' commits.
+
+    Runs on the warm-up's driver (see :mod:`.follow`). The gate and the
+    fences are the same offsets, the old owners' last commits: fences are
+    written first, so the query never reads a record above its key's fence
+    before it owns its tasks, and every record it applies meanwhile is one
+    the old owners published already.
+    """
+
+    GATE_FILE = "gate.json"
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        job: Job,
+        settings: ContainerSettings,
+        lease: ContainerLease,
+        warm: ContainerModel,
+        model: JobModel,
+    ) -> None:
+        self.spark, self.job, self.settings, self.lease, self.warm = (
+            spark,
+            job,
+            settings,
+            lease,
+            warm,
+        )
+        self.plan = grown_plan(job.grouper, _factor_of(warm, job), model.planned, model.partitions)
+        self.gate = str(elastic_dir(warm.checkpoint) / self.GATE_FILE)
+        self.live = threading.Event()
+        self.fences: list[Fence] = []
+        self.query: StreamingQuery | None = None
+        # Set once caught up with stopping owners: the gate stays where it is from then on.
+        self.frozen = False
+        # Each gate written, with the time after its write (what a batch could read); the
+        # gate when the query started; the query's batches that read records.
+        self.gates: collections.deque[tuple[float, dict[str, dict[str, int]]]] = collections.deque(
+            maxlen=1024
+        )
+        self.start_gate: dict[str, dict[str, int]] | None = None
+        self.batches_read: set[int] = set()
+
+    def _plan_at(self, model: JobModel) -> Any:
+        return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
+
+    def start(self, model: JobModel) -> bool:
+        """Take a snapshot as the checkpoint and start the query on it (once).
+
+        Returns False while the old owners have committed nothing to copy.
+        """
+        snapshot = follow(self.spark, model, self.warm, self.plan.elasticity_factor)
+        if snapshot is None or adopt_snapshot(self.warm.checkpoint) is None:
+            return False
+        self.follow(model)
+        self.start_gate = self.gate_offsets
+        starts = _rescaled_starts(Path(self.warm.checkpoint), self.plan, self.warm)
+        self.query = _start_query(
+            self.spark,
+            self.job,
+            self.plan,
+            self.warm,
+            self.lease,
+            self.settings,
+            starts,
+            gate=self.gate,
+            live=self.live,
+        )
+        _log(
+            f"replaying: {snapshot.keys} keys as of batches {sorted(snapshot.sources.values())} "
+            f"({snapshot.seconds:.1f} s), query started on them"
+        )
+        return True
+
+    def follow(self, model: JobModel) -> None:
+        """Raise fences and gate to the current holders' last commits."""
+        sources = holder_checkpoints(model, self.warm.tasks)
+        self._raise(source_fences(sources, self._plan_at(model)))
+
+    def _raise(self, fences: list[Fence]) -> None:
+        # Fences only rise: a source's earlier figure was published too.
+        merged = highest([*self.fences, *fences])
+        if merged == self.fences:
+            return
+        write_fences(self.warm.checkpoint, merged)
+        gate = gate_for(merged, self.plan, self.warm.tasks)
+        write_gate(self.gate, gate)
+        self.fences = merged
+        if gate != self.gate_offsets:
+            self.gates.append((time.time(), gate))
+
+    @property
+    def gate_offsets(self) -> dict[str, dict[str, int]]:
+        """The gate as last written (empty before the first)."""
+        return self.gates[-1][1] if self.gates else {}
+
+    @property
+    def previous_gate(self) -> dict[str, dict[str, int]]:
+        """The gate before its last rise (empty before the second)."""
+        return self.gates[-2][1] if len(self.gates) > 1 else {}
+
+    def __call__(self, model: JobModel, container_id: str) -> None:
+        """Follow, as :func:`_await_tasks` calls it while the warm-up waits.
+
+        Not once caught up with stopping owners (:meth:`caught_up`): their
+        last batches then land beyond the gate, and the query, idle at the
+        gate, covers them and what came after in one batch once it owns the
+        tasks. Following them would start a batch of no output just before
+        the handover, which the first batch as owner would wait for.
+        """
+        if model.warmup(container_id) is None:
+            return
+        if self.frozen and not holders_stopping(model, self.warm.tasks):
+            self.frozen = False  # the phase was called off (a failover): follow again
+        if not self.frozen:
+            self.follow(model)
+
+    WARM_BATCHES = 3
+    """Batches that read records a warm-up runs before it holds its gate: the first ones
+    after its snapshot are slow, and its first batch as owner should not be one of them
+    (measured with 500,000 keys at factor 4 beside three other containers on 2 cores:
+    53, 18, 12, 8.8, 6.6, 4.8 and 3.4 s; after two, a new owner's first batch took 9.4 s)."""
+
+    IDLE_S = 3.0
+    """Owners that committed nothing for this long, and for twice as long as between
+    their last two commits, have no records flowing (:func:`.follow.holders_idle`): a
+    warm-up that has applied everything they committed need not wait for more batches."""
+
+    def caught_up(self, model: JobModel, container_id: str) -> bool:
+        """Whether the warm-up is ready for its old owners to stop (the handover's first phase).
+
+        Once the owners are listed as stopping, the warm-up follows them
+        until its query has run :attr:`WARM_BATCHES` batches that read
+        records (its state stores are open and past their slow first
+        batches) and keeps pace with them: it is within one of their commits
+        (it has applied what the gate held before its last rise), or its
+        last batch read everything the gate held when that batch started (a
+        warm-up slower per batch than its owners, which commit several times
+        meanwhile, is never within one commit; its next batch reads what
+        they published meanwhile). The gate then stays put, and the warm-up
+        has caught up once its query has applied what is below it: the
+        owners' later batches, and what comes after them, are its next
+        batch, once it owns the tasks. Requiring the query to reach a gate
+        that keeps rising would rarely succeed while records flow. With no
+        records flowing (the owners committed nothing for :attr:`IDLE_S` and
+        twice the interval between their last two commits) a query that has
+        applied all they committed is caught up as it is.
+        """
+        warm = model.warmup(container_id)
+        if warm is None or not holders_stopping(model, warm.tasks):
+            return False
+        if not self.frozen and self._may_hold_the_gate(model):
+            self.frozen = True
+            _log(f"keeping pace with the stopping owners: the gate stays ({self.lag()} to go)")
+        return self.frozen and self.lag() == 0
+
+    def _may_hold_the_gate(self, model: JobModel) -> bool:
+        if self.lag() == 0 and holders_idle(model, self.warm.tasks, time.time(), self.IDLE_S):
+            return True
+        if self.read_batches() < self.WARM_BATCHES:
+            return False
+        raised = self.gate_offsets != self.start_gate
+        if self.lag(self.previous_gate if raised else self.gate_offsets) == 0:
+            return True
+        return self._kept_pace()
+
+    def _kept_pace(self) -> bool:
+        # Whether the last batch read all its gate held as it started (driver, per heartbeat).
+        progress = _progress_json(self.query.lastProgress) if self.query is not None else {}
+        if not progress.get("timestamp"):
+            return False
+        started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
+        return read_all_it_could(list(self.gates), started.timestamp(), _offsets_of(progress))
+
+    def read_batches(self) -> int:
+        """How many batches of the query read records (driver; from its recent progress)."""
+        if self.query is not None:
+            for progress in map(_progress_json, self.query.recentProgress):
+                if progress.get("numInputRows", 0) > 0:
+                    self.batches_read.add(int(progress["batchId"]))
+        return len(self.batches_read)
+
+    def failed(self) -> bool:
+        """Whether the query ended (it should run until the container stops)."""
+        return self.query is not None and not self.query.isActive
+
+    def lag(self, gate: Mapping[str, Mapping[str, int]] | None = None) -> int | None:
+        """Records up to the gate (or ``gate``) the query has yet to commit; None before its
+        first progress."""
+        if self.query is None:
+            return None
+        progress = _progress_json(self.query.lastProgress)
+        if not progress:
+            return None
+        committed = _offsets_of(progress)
+        limits = (
+            read_gate(self.gate) or {}
+            if gate is None
+            else {(t, int(p)): o for t, parts in gate.items() for p, o in parts.items()}
+        )
+        return sum(
+            max(offset - committed.get(topic, {}).get(partition, 0), 0)
+            for (topic, partition), offset in limits.items()
+        )
+
+    def take_over(self, mine: ContainerModel, model: JobModel) -> StreamingQuery:
+        """Own the tasks: the old owners' final offsets become the fences, the gate lifts."""
+        assert self.query is not None  # noqa: S101 - a replaying warm-up registers after start
+        self._raise(source_fences(mine.sources, self._plan_at(model)))
+        self.live.set()
+        write_gate(self.gate, None)
+        _log(f"took over {len(mine.tasks)} tasks in the query that replayed them")
+        return self.query
+
+    def discard(self) -> None:
+        """The move was called off: stop the query, remove the checkpoint no one will read."""
+        if self.query is not None:
+            _stop_within(self.query, self.settings.shutdown_s)
+        shutil.rmtree(self.warm.checkpoint, ignore_errors=True)
+        drop_snapshot(self.warm.checkpoint)
+
+
+@contextlib.contextmanager
+def _heartbeating(client: CoordinatorClient, container_id: str, every_s: float) -> Iterator[None]:
+    """Heartbeat every ``every_s`` from a thread while the block runs (driver).
+
+    For a warm-up's long steps before it registers: its heartbeats keep the
+    coordinator's start-up timer from running out. A failed heartbeat is
+    retried at the next beat; the thread has stopped when the block exits.
+    """
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            with contextlib.suppress(OSError, ValueError, ProtocolError):
+                client.heartbeat(container_id)
+
+    thread = threading.Thread(target=beat, name="warm-up heartbeats", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _catch_up(
+    client: CoordinatorClient, replayer: _Replayer, container_id: str, acceptable_lag: int
+) -> bool:
+    """Start the replaying query and follow until it is within ``acceptable_lag``.
+
+    Runs before the warm-up registers; it heartbeats meanwhile, which keeps
+    the coordinator's start-up timer from running out. Returns False if the
+    warm-up was removed from the model or its query ended.
+    """
+    while True:
+        model = client.job_model()
+        if model.warmup(container_id) is None:
+            _log(f"job model {model.version} no longer has warm-up {container_id!r}")
+            return False
+        if replayer.query is None:
+            replayer.start(model)
+        else:
+            replayer.follow(model)
+            lag = replayer.lag()
+            if lag is not None and lag <= acceptable_lag:
+                _log(f"caught up with the old owners' commits (lag {lag} records)")
+                return True
+        if replayer.failed():
+            _log(f"the replaying query ended: {replayer.query.exception()}")  # type: ignore[union-attr]
+            return False
+        with contextlib.suppress(OSError, ValueError, ProtocolError):
+            client.heartbeat(container_id)
+        time.sleep(0.5)
+
+
+def _await_tasks(
+    client: CoordinatorClient,
+    container_id: str,
+    every_s: float,
+    stop: threading.Event,
+    dead: threading.Event,
+    follower: _Follower | _Replayer | None = None,
+) -> JobModel | None:
+    """Wait, heartbeating, until the job model hands this warm-up its tasks.
+
+    Returns the model that lists it among the containers, or None if it was
+    stopped, fenced, or removed from the model (the move was called off).
+    A stateful warm-up follows its old owners' state meanwhile.
+    """
+    while not (stop.is_set() or dead.is_set()):
+        try:
+            model = client.job_model()
+        except (OSError, ValueError, ProtocolError) as exc:
+            _log(f"job model fetch failed ({exc}); retrying")
+        else:
+            if model.container(container_id) is not None:
+                return model
+            if model.warmup(container_id) is None:
+                _log(f"job model {model.version} no longer has warm-up {container_id!r}")
+                return None
+            if follower is not None:
+                follower(model, container_id)
+                if follower.caught_up(model, container_id):
+                    # The handover's first phase: the old owners stop once their warm-ups
+                    # say this (or after a lease).
+                    with contextlib.suppress(OSError, ValueError, ProtocolError):
+                        client.heartbeat(container_id, caught_up=True)
+            if isinstance(follower, _Replayer) and follower.failed():
+                _log(f"the replaying query ended: {follower.query.exception()}")  # type: ignore[union-attr]
+                dead.set()
+        stop.wait(every_s)
+    return None
+
+
+def _replays(job: Job, settings: ContainerSettings) -> bool:
+    """Whether a stateful warm-up replays its old owners' records (their input has a gate)."""
+    return settings.warmup == "replay" and isinstance(job.input, LogInput)

@@ -1,0 +1,20 @@
+"""The coordinator: one process per job that owns its job model and its containers' leases.
+
+Owns: :mod:`.supervisor` (the state machine: plan once, leases, failover
+into a new generation, re-adoption after a restart, growth, scale and
+factor changes, the autoscaler's actions, the status), :mod:`.placement`
+(which container runs which tasks, as pure functions), :mod:`.launcher`
+(how containers are started and stopped: the ``Launcher`` protocol and
+local processes), :mod:`.registry` (the SQLite store of job model
+versions, containers, generations and events), :mod:`.server` (the HTTP
+API, status page and metrics), :mod:`.changes` (a change's phases and
+deadlines, pure) and :mod:`.autoscaler` (the autoscaler's policy, pure).
+
+May import: the shared runtime modules (:mod:`spark_elastic.runtime.protocol`,
+:mod:`~spark_elastic.runtime.lease`, :mod:`~spark_elastic.runtime.job`,
+:mod:`~spark_elastic.runtime.keys`, :mod:`~spark_elastic.runtime.growth`),
+:mod:`spark_elastic.model`, :mod:`spark_elastic.assignment`,
+:mod:`spark_elastic.state` (checkpoint files only), :mod:`spark_elastic.errors`,
+aiohttp and prometheus_client. Never :mod:`spark_elastic.runtime.container`,
+and never pyspark, pandas or pyarrow: a coordinator starts no JVM.
+"""

@@ -1,0 +1,182 @@
+"""How the coordinator starts and stops containers: the :class:`Launcher` protocol.
+
+:class:`LocalLauncher` runs each container as a local process in its own
+session, and trusts a PID only while ``/proc`` says it is still that
+container's. The supervisor (:mod:`.supervisor`) calls a launcher and
+nothing else to start, watch and stop containers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from spark_elastic.runtime.protocol import CONTAINER_ID_ENV
+
+__all__ = ["Launcher", "LocalLauncher"]
+
+
+class Launcher(Protocol):
+    """Starts and stops container processes (local processes by default).
+
+    The ``pid`` that :meth:`launch` returns is an opaque handle: the
+    coordinator never signals or inspects it itself. It stores the handle
+    with the container (and shows it on the status page) and only passes it
+    back, with the container's id, to :meth:`alive`, :meth:`terminate` and
+    :meth:`kill`; after a coordinator restart, to a new launcher. The only
+    signal it asks for is SIGKILL.
+
+    A launcher for another platform implements the same five calls. On
+    Kubernetes, say: :meth:`launch` creates a pod (named or labelled by the
+    container id, the environment given as its env) and returns a handle
+    for it, e.g. a number it keeps in a label; :meth:`alive` says whether
+    that pod, labelled with that container id, is pending or running;
+    :meth:`terminate` deletes the pod with a grace period (the kubelet sends
+    SIGTERM to the container's main process, which finishes its micro-batch
+    in flight) longer than a lease, since the coordinator kills on its own
+    schedule; :meth:`kill` deletes it at once (grace period 0); :meth:`reap`
+    removes pods that completed. Each call resolves the pod from the
+    container id and the handle, so a restarted coordinator's new launcher
+    answers for pods an earlier one created.
+    """
+
+    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
+        """Start a container; return its PID."""
+        ...
+
+    def alive(self, pid: int, container_id: str) -> bool:
+        """Whether ``pid`` is still that container's process."""
+        ...
+
+    def terminate(self, pid: int, container_id: str) -> None:
+        """Ask the container's main process to stop (SIGTERM, only if it is still that
+        container): it finishes its micro-batch in flight, stops its query and exits."""
+        ...
+
+    def kill(self, pid: int, container_id: str, sig: int) -> None:
+        """Signal every process the container started (only processes of that container),
+        even once its main process has exited."""
+        ...
+
+    def reap(self) -> None:
+        """Collect the exit status of containers that exited (no zombies); called each tick."""
+        ...
+
+
+@dataclass
+class LocalLauncher:
+    """Containers as local processes: ``python -m spark_elastic container run``.
+
+    Each container runs in its own session (so a coordinator that dies does
+    not take its containers down), with its output in
+    ``<log_dir>/<container_id>.log``. A PID is trusted only while
+    ``/proc/<pid>/environ`` still names the container, so a reused PID is
+    never signalled.
+
+    Attributes
+    ----------
+    log_dir
+        Where container logs go.
+    command
+        The container command (default: this interpreter running
+        ``spark_elastic container run``).
+    env
+        Extra environment for every container.
+    """
+
+    log_dir: Path
+    command: Sequence[str] = (sys.executable, "-m", "spark_elastic", "container", "run")
+    env: Mapping[str, str] = field(default_factory=dict)
+    launched: dict[int, str] = field(default_factory=dict, repr=False)
+    """PID -> container id of every process this launcher started."""
+    _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
+        """Start a container; return its PID."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"{container_id}.log").open("ab") as log:
+            process = subprocess.Popen(
+                list(self.command),
+                env={**os.environ, **self.env, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[process.pid] = process
+        self.launched[process.pid] = container_id
+        return process.pid
+
+    def alive(self, pid: int, container_id: str) -> bool:
+        """Whether ``pid`` is still that container's process (zombies count as dead).
+
+        A process this launcher started is its child: its PID cannot be reused
+        before it is reaped, so its exit status says it all. /proc would not:
+        between fork and exec it shows the launcher's own environment, and a
+        container just launched looked as if it had exited.
+        """
+        child = self._children.get(pid)
+        if child is not None and self.launched.get(pid) == container_id:
+            return child.poll() is None
+        return _of_container(pid, container_id) is not None
+
+    def terminate(self, pid: int, container_id: str) -> None:
+        """SIGTERM to the container's main process only, if ``pid`` is still that container.
+
+        Not to its process group: its Spark driver (a JVM in the group) would
+        abandon the micro-batch in flight, which the container finishes first.
+        """
+        if self.alive(pid, container_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+    def kill(self, pid: int, container_id: str, sig: int) -> None:
+        """Signal the container's process group while any process of it is that container's.
+
+        Its main process leads the group (its own session); what it started,
+        its JVM included, inherits the container's id in its environment. So
+        the group is signalled after its leader exited too (what is left of
+        it), and never once its id could name someone else's group.
+        """
+        if self.alive(pid, container_id) or _group_of_container(pid, container_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
+
+    def reap(self) -> None:
+        """Wait for every child that exited, so none stays a zombie until the coordinator exits.
+
+        A reaped child is forgotten here: from then on ``alive`` asks /proc,
+        which checks the container's id, so a reused PID is never taken for it.
+        """
+        for pid, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[pid]
+
+
+def _of_container(pid: int, container_id: str) -> int | None:
+    """``pid``'s process group when it is a live (not zombie) process of that container."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == "Z" or f"{CONTAINER_ID_ENV}={container_id}".encode() not in environ.split(
+        b"\0"
+    ):
+        return None
+    return int(fields[2])
+
+
+def _group_of_container(group: int, container_id: str) -> bool:
+    """Whether a live process of that container is in process group ``group``."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _of_container(int(entry.name), container_id) == group:
+            return True
+    return False
