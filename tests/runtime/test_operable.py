@@ -7,6 +7,7 @@ the stories look like with real processes is in ``test_operable_cli.py``.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 
@@ -118,7 +119,14 @@ def test_a_job_stopped_mid_move_resumes_the_move_with_fresh_warm_ups(
     )
     in_process.supervisor.stop(timeout_s=0)
 
+    # Stopped for an hour: the resumed move's warming phase starts when it resumes.
+    with sqlite3.connect(in_process.supervisor.store.path) as db:
+        (text,) = db.execute("SELECT value FROM meta WHERE key = 'change'").fetchone()
+        change = json.loads(text)
+        change["phaseSince"] -= 3600
+        db.execute("UPDATE meta SET value = ? WHERE key = 'change'", (json.dumps(change),))
     again = in_process.restart(stateful=True)
+    assert again.status()["change"]["inPhaseS"] < 60
     (fresh,) = again.model.warmups
     assert fresh.container_id != warm.container_id
     assert fresh.tasks == warm.tasks
@@ -195,3 +203,21 @@ def test_stop_runs_on_the_loop_while_progress_reports_arrive(in_process: InProce
     assert len(reported) == 10
     assert server.exit_code == 0
     assert {c.state for c in Store(store.path).containers()} == {"stopped"}
+
+
+def test_a_job_stopped_before_its_warm_ups_launched_resumes_the_move_with_fresh_ones(
+    in_process: InProcess,
+) -> None:
+    in_process.restart(stateful=True)
+    running(in_process)
+    in_process.supervisor.scale(3)
+    waiting = {w.container_id for w in in_process.supervisor.model.warmups}
+    in_process.supervisor.stop(timeout_s=0)  # before a tick launched them
+    assert {in_process.states()[w] for w in waiting} == {"stopped"}
+
+    again = in_process.restart(stateful=True)
+    fresh = {w.container_id for w in again.model.warmups}
+    assert len(fresh) == len(waiting)
+    assert not fresh & waiting
+    assert again.change is not None
+    assert again.change.phase == "warming up"

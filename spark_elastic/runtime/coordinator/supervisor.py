@@ -404,6 +404,15 @@ class Supervisor:
                 stopping=tuple(c for c in model.stopping if c not in heirs),
             )
             self._set_job_state(db, "running", "resumed")
+            text = self.store.meta("change")
+            if text:
+                # The change goes on; its phase starts again now (the time the job was stopped
+                # counts for nothing), and a group that was catching up warms up again: its
+                # owners and warm-ups are new processes.
+                change = Change.from_json(json.loads(text))
+                phase = WARMING if change.phase == CATCHING_UP else change.phase
+                change = replace(change, phase=phase, phase_since=time.time())
+                self.store.set_meta(db, "change", json.dumps(change.to_json(), sort_keys=True))
             self.store.add_event(
                 db,
                 "resume",
@@ -1773,11 +1782,13 @@ class Supervisor:
         list of ContainerRecord
             Every container whose process may still run (pass to the next two steps).
         """
-        running = [r for r in self._records.values() if r.live and r.pid is not None]
-        for record in running:
-            self.launcher.terminate(record.pid or 0, record.id)
+        live = [r for r in self._records.values() if r.live]
+        for record in live:
+            if record.pid is not None:
+                self.launcher.terminate(record.pid, record.id)
         retiring = [self._records[c] for c in self._retired if self._records[c].pid is not None]
-        return [*running, *retiring]
+        # Those never launched stop too (as "stopped"): a resume treats every container alike.
+        return [*live, *retiring]
 
     def stop_pending(self, stopping: Sequence[ContainerRecord]) -> bool:
         """Whether any of ``stopping`` still runs.
@@ -1792,7 +1803,7 @@ class Supervisor:
         bool
             True while one of their processes is alive.
         """
-        return any(self.launcher.alive(r.pid or 0, r.id) for r in stopping)
+        return any(r.pid is not None and self.launcher.alive(r.pid, r.id) for r in stopping)
 
     def stop_end(self, stopping: Sequence[ContainerRecord], failed: str | None = None) -> None:
         """SIGKILL what is left, and record the job as stopped (``job run`` resumes it).
@@ -1805,7 +1816,8 @@ class Supervisor:
             Why the coordinator stops, when it failed (recorded in the event).
         """
         for record in stopping:
-            self.launcher.kill(record.pid or 0, record.id, signal.SIGKILL)
+            if record.pid is not None:
+                self.launcher.kill(record.pid, record.id, signal.SIGKILL)
         live = [r for r in stopping if r.live]
         with self.store.transaction() as db:
             for record in live:
