@@ -363,3 +363,18 @@ def test_a_registered_container_reporting_failure_gives_its_cause_in_the_event(
     assert expire.startswith("it failed: Py4JJavaError: the driver died")
     assert sup.heartbeat(victim).alive is False
     assert sup.register(Registration(victim, 1)).alive is False
+
+
+def test_a_container_that_committed_before_a_restart_is_past_its_start(
+    in_process: InProcess,
+) -> None:
+    running(in_process)
+    again = in_process.restart()
+    victim = in_process.live()[0]
+    before = set(in_process.launcher.running())
+    again.report_failure(victim, "Boom: long after its start")
+    (expire,) = events(in_process, "expire")
+    assert "at start" not in expire
+    (heir,) = set(in_process.live()) - before
+    in_process.step(0.1)
+    assert heir in in_process.launcher.running()  # launched at once: no backoff

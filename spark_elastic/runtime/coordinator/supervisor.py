@@ -344,6 +344,8 @@ class Supervisor:
                 self._job_state = dict(json.loads(text))
             self.model = self._load_or_plan(containers)
             self.change = self._load_change()
+            # Containers that committed before a restart are past their start.
+            self._committed = set(self.store.throughput())
             self.autoscaler = self._load_autoscaler(autoscaler)
         except BaseException:
             if claimed:
