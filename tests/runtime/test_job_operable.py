@@ -73,6 +73,9 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
     wait_until("a first batch", lambda: any(published_batches(clicks / "out", c) for c in first))
+    # A coordinator on loopback keeps its containers' Spark drivers there too.
+    for pid in first.values():
+        assert b"SPARK_LOCAL_IP=127.0.0.1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
     # A second coordinator of the same job (on another port) is refused at once, in one line
     # naming the first, and changes nothing.

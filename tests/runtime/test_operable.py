@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from conftest import InProcess
 from spark_elastic.errors import StoreFencedError, StoreOwnedError
+from spark_elastic.runtime.coordinator.launcher import LocalLauncher
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
 from spark_elastic.runtime.protocol import Registration
@@ -221,3 +225,16 @@ def test_a_job_stopped_before_its_warm_ups_launched_resumes_the_move_with_fresh_
     assert not fresh & waiting
     assert again.change is not None
     assert again.change.phase == "warming up"
+
+
+def test_an_exited_container_is_reaped_not_left_a_zombie(tmp_path: Path) -> None:
+    launcher = LocalLauncher(tmp_path, [sys.executable, "-c", "pass"])
+    pid = launcher.launch("c1", {})
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}/stat").exists() and time.monotonic() < deadline:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            launcher.reap()
+        else:
+            time.sleep(0.05)  # still running: a short poll, bounded by the deadline
+    assert not Path(f"/proc/{pid}/stat").exists()
+    assert not launcher.alive(pid, "c1")
