@@ -549,8 +549,11 @@ class Supervisor:
         return any(self._records[old].checkpoint in record.sources for old in self._may_write())
 
     def _may_write(self) -> list[str]:
-        """Retired containers that may still write: not gone, nor said their query stopped."""
-        self._reap_retired()
+        """Retired containers that may still write: not gone, nor said their query stopped.
+
+        A question only: what it knows is as of the last :meth:`_reap_retired` (each
+        tick), which can only make it wait longer, never less.
+        """
         return [old for old in self._retired if old not in self._stopped]
 
     def _reap_retired(self) -> None:
@@ -794,9 +797,9 @@ class Supervisor:
                 self._fail_over(container_id, reason)
             if self._job_state["state"] != "running":
                 return
+        self._reap_retired()
         self._advance_growth()
         self._advance_move()
-        self._reap_retired()
         self._settle_change()
         self.launch_pending()
         if self.autoscaler.mode != "off":
