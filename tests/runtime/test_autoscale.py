@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from cli_runner import run_cli
+from standins import TASKS, Coordinator, call, model, shape, wait_until
 from test_cli_job import JOB, one_line_error
-from test_coordinator import TASKS, Coordinator, call, shape, wait_until
 
 from spark_elastic import EmbeddedLog
 from spark_elastic.cli.job import _autoscaler_options
@@ -88,10 +88,6 @@ class Load:
             return done()
 
         return wait_until(what, step)
-
-
-def model(coordinator: Coordinator) -> dict[str, Any]:
-    return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
 
 
 def decided(coordinator: Coordinator) -> str | None:

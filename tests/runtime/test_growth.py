@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_coordinator import TASKS, TERMS, Coordinator, call, wait_until
+from standins import TASKS, TERMS, Clock, Coordinator, call, crash, wait_until
 
 from spark_elastic import EmbeddedLog, LogInput
 from spark_elastic.cli.job import _InputWatch
@@ -217,21 +217,6 @@ def watched(
         watch=_InputWatch(job_input),
         **{"partition_check_s": CHECK_S, **supervisor},
     )
-
-
-class Clock:
-    """A monotonic clock that moves only when told: leases expire exactly when asked."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def crash(coordinator: Coordinator) -> None:
-    """Leave the containers running when the server stops, as a crash would."""
-    coordinator.server.leave_containers_running()
 
 
 def test_a_coordinator_restarted_mid_drain_resumes_the_growth(

@@ -31,6 +31,7 @@ import pytest
 from cli_runner import run_cli
 from jvm import CONTAINER_CONF
 from pyspark.sql import SparkSession
+from standins import alive
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog
 from spark_elastic.log.source import register_log_source
@@ -60,17 +61,6 @@ def wait_until(what: str, condition: Callable[[], Any], timeout: float = 180.0) 
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.loads(response.read())
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        # A zombie (exited, not yet reaped by its parent) is not running.
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    return True
 
 
 @dataclass

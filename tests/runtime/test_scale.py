@@ -13,10 +13,20 @@ from typing import Any
 
 import pytest
 from cli_runner import run_cli
+from standins import (
+    TASKS,
+    TERMS,
+    Clock,
+    Coordinator,
+    alive,
+    call,
+    crash,
+    model,
+    shape,
+    started,
+    wait_until,
+)
 from test_cli_job import one_line_error
-from test_coordinator import TASKS, TERMS, Coordinator, call, shape, wait_until
-from test_growth import Clock, crash
-from test_job_run import alive
 
 from spark_elastic.runtime.coordinator.placement import may_shut_down
 from spark_elastic.runtime.coordinator.supervisor import JobShape
@@ -31,17 +41,6 @@ def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
             yield c
     finally:
         c.kill_all()
-
-
-def model(coordinator: Coordinator) -> dict[str, Any]:
-    return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
-
-
-def started(coordinator: Coordinator) -> None:
-    """What a real container leaves behind once it committed a batch."""
-    for c in model(coordinator)["containers"]:
-        Path(c["checkpoint"], "commits").mkdir(parents=True, exist_ok=True)
-        Path(c["checkpoint"], "commits", "0").touch()
 
 
 def scale_to(coordinator: Coordinator, containers: int) -> dict[str, Any]:

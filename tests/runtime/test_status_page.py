@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_coordinator import Coordinator, call, shape, wait_until
-from test_scale import started
+from standins import Coordinator, call, shape, started, wait_until
 
 from spark_elastic.runtime.coordinator.supervisor import JobShape
 
