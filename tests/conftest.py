@@ -1,14 +1,21 @@
-"""Shared fixtures of the specs: a coordinator in-process, with a fake clock and fake processes.
+"""Shared fixtures of the specs: a coordinator in-process, and one over HTTP with stand-ins.
 
+``in_process``: a coordinator in-process, with a fake clock and fake processes.
 The coordinator's logic (leases, failovers, changes, deadlines, cancel, resume,
 store ownership) is specified here without processes or HTTP: a
 :class:`Supervisor` over a real store, driven tick by tick with a clock that
 moves only when told and a launcher whose "processes" live and die when told.
+
+``coordinator`` and ``make_coordinator``: a real coordinator serving HTTP on
+loopback, on a thread, whose containers are stand-in processes (no Spark);
+its machinery is ``tests/runtime/standins.py``. A spec that needs another
+job or other options asks ``make_coordinator`` for one.
 The end-to-end specs (real containers, real Spark) keep their own fixtures.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import signal
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from standins import Coordinator
 
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
@@ -197,3 +205,28 @@ def in_process(tmp_path: Path) -> Iterator[InProcess]:
         yield harness
     finally:
         harness.supervisor.store.close()
+
+
+@pytest.fixture
+def make_coordinator(tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
+    """``make_coordinator(**options)``: a :class:`Coordinator` on ``tmp_path`` (``options``
+    are its own), serving on a thread until the spec ends.
+
+    At the end, even when the spec failed, each one it made stops serving,
+    then every container it launched is killed.
+    """
+    with contextlib.ExitStack() as stack:
+
+        def make(**options: Any) -> Coordinator:
+            c = Coordinator(tmp_path, **options)
+            stack.callback(c.kill_all)
+            stack.enter_context(c.server.running_in_thread())
+            return c
+
+        yield make
+
+
+@pytest.fixture
+def coordinator(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
+    """A coordinator with the defaults: two stand-in containers of ``standins.shape``'s job."""
+    return make_coordinator()

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +26,6 @@ from spark_elastic.runtime.coordinator.placement import initial_assignment
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
-
-
-@pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path)
-    try:
-        with c.server.running_in_thread():
-            yield c
-    finally:
-        c.kill_all()
 
 
 def test_a_launched_container_counts_as_alive_from_its_launch(tmp_path: Path) -> None:
