@@ -1,4 +1,4 @@
-"""Shared fixtures of the specs: a coordinator in-process, and one over HTTP with stand-ins.
+"""Shared fixtures of the specs: coordinators in-process, over HTTP with stand-ins, and real jobs.
 
 ``in_process``: a coordinator in-process, with a fake clock and fake processes.
 The coordinator's logic (leases, failovers, changes, deadlines, cancel, resume,
@@ -10,7 +10,12 @@ moves only when told and a launcher whose "processes" live and die when told.
 loopback, on a thread, whose containers are stand-in processes (no Spark);
 its machinery is ``tests/runtime/standins.py``. A spec that needs another
 job or other options asks ``make_coordinator`` for one.
-The end-to-end specs (real containers, real Spark) keep their own fixtures.
+
+``clicks`` and ``start_job``: the end-to-end specs' click-count job, run by
+``spark-elastic job run`` (the coordinator in its own process, real
+containers, real Spark) on an embedded log; its machinery is
+``tests/runtime/jobs.py``. A module whose job reads another log overrides
+``clicks``: ``start_job`` then runs on that one.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobs import RECORDS, JobStarter, RunningJob, produce
 from standins import Coordinator
 
+from spark_elastic import EmbeddedLog
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
@@ -230,3 +237,23 @@ def make_coordinator(tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
 def coordinator(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
     """A coordinator with the defaults: two stand-in containers of ``standins.shape``'s job."""
     return make_coordinator()
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> Path:
+    """An embedded log with RECORDS clicks of USERS users over 4 partitions."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 4)
+    produce(log, 0, RECORDS)
+    return tmp_path
+
+
+@pytest.fixture
+def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
+    """``start_job(containers, store=None, port=0, *extra)``: the click-count job on ``clicks``.
+
+    Every job it started is stopped at the end, and what it launched killed.
+    """
+    starter = JobStarter(clicks)
+    yield starter
+    starter.cleanup()
