@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import run_cli
+from cli_runner import JOB, one_line_error, run_cli
 from standins import TASKS, Coordinator, call, model, shape, wait_until
-from test_cli_job import JOB, one_line_error
 
 from spark_elastic import EmbeddedLog
 from spark_elastic.cli.job import _autoscaler_options

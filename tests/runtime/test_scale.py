@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import run_cli
+from cli_runner import one_line_error, run_cli
 from standins import (
     TASKS,
     TERMS,
@@ -26,7 +26,6 @@ from standins import (
     started,
     wait_until,
 )
-from test_cli_job import one_line_error
 
 from spark_elastic.runtime.coordinator.placement import may_shut_down
 from spark_elastic.runtime.coordinator.supervisor import JobShape
