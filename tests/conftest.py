@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from jobs import RECORDS, JobStarter, RunningJob, produce
-from standins import Coordinator
+from standins import Clock, Coordinator
 
 from spark_elastic import EmbeddedLog
 from spark_elastic.runtime.coordinator.registry import Store
@@ -40,19 +40,6 @@ from spark_elastic.runtime.protocol import ProgressReport, Registration, TaskPro
 
 FAKE_TERMS = LeaseTerms(lease_s=10.0, margin_s=5.0, write_budget_s=3.0)
 FAKE_TASKS = tuple(f"Partition {p}_{b}_2" for p in range(2) for b in range(2))
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -120,7 +107,7 @@ class InProcess:
     """A coordinator's state machine, its store, its fake clock and fake processes."""
 
     root: Path
-    clock: FakeClock
+    clock: Clock
     launcher: FakeLauncher
     make: Callable[..., Supervisor]
     supervisor: Supervisor
@@ -177,7 +164,7 @@ class InProcess:
 @pytest.fixture
 def in_process(tmp_path: Path) -> Iterator[InProcess]:
     """A stateless two-container job's coordinator, in-process; its store closed at the end."""
-    clock, launcher = FakeClock(), FakeLauncher()
+    clock, launcher = Clock(), FakeLauncher()
     store_path = tmp_path / "coordinator.db"
 
     def make(

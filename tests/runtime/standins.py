@@ -134,6 +134,9 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
 
 def crash(coordinator: Coordinator) -> None:
     """Leave the containers running when the server stops, as a crash would."""
