@@ -21,7 +21,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # Test folders have no __init__.py, so pytest imports `tests/state/test_x.py` as module
 # `test_x` with its folder on sys.path. Functions defined in test modules are pickled by
 # reference (module `test_x`), so the Python workers Spark starts (and the processes the
-# tests launch) need every test folder on their path too; shared helpers live in tests/.
+# tests launch) need every test folder on their path too; so do the helper modules the
+# specs share (tests/cli_runner.py, tests/runtime/standins.py, tests/state/stateful_job.py...).
 _TESTS = Path(__file__).parent / "tests"
 _TEST_DIRS = [
     str(_TESTS),

@@ -1,14 +1,26 @@
-"""Shared fixtures of the specs: a coordinator in-process, with a fake clock and fake processes.
+"""Shared fixtures of the specs: coordinators in-process, over HTTP with stand-ins, and real jobs.
 
+``in_process``: a coordinator in-process, with a fake clock and fake processes.
 The coordinator's logic (leases, failovers, changes, deadlines, cancel, resume,
 store ownership) is specified here without processes or HTTP: a
 :class:`Supervisor` over a real store, driven tick by tick with a clock that
 moves only when told and a launcher whose "processes" live and die when told.
-The end-to-end specs (real containers, real Spark) keep their own fixtures.
+
+``coordinator`` and ``make_coordinator``: a real coordinator serving HTTP on
+loopback, on a thread, whose containers are stand-in processes (no Spark);
+its machinery is ``tests/runtime/standins.py``. A spec that needs another
+job or other options asks ``make_coordinator`` for one.
+
+``clicks`` and ``start_job``: the end-to-end specs' click-count job, run by
+``spark-elastic job run`` (the coordinator in its own process, real
+containers, real Spark) on an embedded log; its machinery is
+``tests/runtime/jobs.py``. A module whose job reads another log overrides
+``clicks``: ``start_job`` then runs on that one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import signal
 from collections.abc import Callable, Iterator, Mapping
@@ -17,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobs import RECORDS, JobStarter, RunningJob, produce
+from standins import Clock, Coordinator
 
+from spark_elastic import EmbeddedLog
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
@@ -25,19 +40,6 @@ from spark_elastic.runtime.protocol import ProgressReport, Registration, TaskPro
 
 FAKE_TERMS = LeaseTerms(lease_s=10.0, margin_s=5.0, write_budget_s=3.0)
 FAKE_TASKS = tuple(f"Partition {p}_{b}_2" for p in range(2) for b in range(2))
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -105,7 +107,7 @@ class InProcess:
     """A coordinator's state machine, its store, its fake clock and fake processes."""
 
     root: Path
-    clock: FakeClock
+    clock: Clock
     launcher: FakeLauncher
     make: Callable[..., Supervisor]
     supervisor: Supervisor
@@ -162,7 +164,7 @@ class InProcess:
 @pytest.fixture
 def in_process(tmp_path: Path) -> Iterator[InProcess]:
     """A stateless two-container job's coordinator, in-process; its store closed at the end."""
-    clock, launcher = FakeClock(), FakeLauncher()
+    clock, launcher = Clock(), FakeLauncher()
     store_path = tmp_path / "coordinator.db"
 
     def make(
@@ -197,3 +199,48 @@ def in_process(tmp_path: Path) -> Iterator[InProcess]:
         yield harness
     finally:
         harness.supervisor.store.close()
+
+
+@pytest.fixture
+def make_coordinator(tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
+    """``make_coordinator(**options)``: a :class:`Coordinator` on ``tmp_path`` (``options``
+    are its own), serving on a thread until the spec ends.
+
+    At the end, even when the spec failed, each one it made stops serving,
+    then every container it launched is killed.
+    """
+    with contextlib.ExitStack() as stack:
+
+        def make(**options: Any) -> Coordinator:
+            c = Coordinator(tmp_path, **options)
+            stack.callback(c.kill_all)
+            stack.enter_context(c.server.running_in_thread())
+            return c
+
+        yield make
+
+
+@pytest.fixture
+def coordinator(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
+    """A coordinator with the defaults: two stand-in containers of ``standins.shape``'s job."""
+    return make_coordinator()
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> Path:
+    """An embedded log with RECORDS clicks of USERS users over 4 partitions."""
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 4)
+    produce(log, 0, RECORDS)
+    return tmp_path
+
+
+@pytest.fixture
+def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
+    """``start_job(containers, store=None, port=0, *extra)``: the click-count job on ``clicks``.
+
+    Every job it started is stopped at the end, and what it launched killed.
+    """
+    starter = JobStarter(clicks)
+    yield starter
+    starter.cleanup()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 from pyspark.sql import SparkSession
-from test_stateful_rescale import Job
+from stateful_job import Job
 
 from spark_elastic import EmbeddedLog
 

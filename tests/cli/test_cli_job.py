@@ -9,21 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import run_cli
+from cli_runner import JOB, one_line_error, run_cli
 
 from spark_elastic import EmbeddedLog
-
-ROOT = Path(__file__).resolve().parents[2]
-JOB = str(ROOT / "examples" / "jobs" / "click_counts.py")
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0]
 
 
 def test_a_job_file_that_does_not_import_is_one_line(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from test_coordinator import wait_until
+from standins import wait_until
 
 # Another process may take the free port between our probe and Tansu's bind; Tansu then
 # exits at once and the next attempt picks another port.

@@ -13,14 +13,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import run_cli
-from test_cli_job import JOB, one_line_error
-from test_coordinator import TASKS, Coordinator, call, shape, wait_until
+from cli_runner import JOB, one_line_error, run_cli
+from standins import TASKS, Coordinator, call, model, shape, wait_until
 
 from spark_elastic import EmbeddedLog
 from spark_elastic.cli.job import _autoscaler_options
@@ -43,14 +42,11 @@ FAST = AutoscalerConfig(
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path, autoscaler=FAST)
-    try:
-        with c.server.running_in_thread():
-            wait_until("two containers", lambda: len(c.running()) == 2)
-            yield c
-    finally:
-        c.kill_all()
+def autoscaled(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
+    """A coordinator whose autoscaler is on with the ``FAST`` settings, its two containers up."""
+    c = make_coordinator(autoscaler=FAST)
+    wait_until("two containers", lambda: len(c.running()) == 2)
+    return c
 
 
 class Load:
@@ -90,10 +86,6 @@ class Load:
         return wait_until(what, step)
 
 
-def model(coordinator: Coordinator) -> dict[str, Any]:
-    return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
-
-
 def decided(coordinator: Coordinator) -> str | None:
     """The rule of the autoscaler's last decision."""
     last = coordinator.status()["autoscaler"]["lastDecision"]
@@ -118,40 +110,40 @@ def acted(coordinator: Coordinator, action: str) -> list[str]:
     return [d for d in autoscale_events(coordinator) if d.startswith(f"autoscaler {action}")]
 
 
-def test_a_load_step_scales_out_once_and_back_in_once(coordinator: Coordinator) -> None:
-    load = Load(coordinator)
+def test_a_load_step_scales_out_once_and_back_in_once(autoscaled: Coordinator) -> None:
+    load = Load(autoscaled)
     # The step: each container processes 1000 records/s flat out and the backlog stays:
     # 4000 records behind on each of the 3 partitions, reported by each of its 4 buckets.
-    load.until("a scale-out", 2000, 4000, lambda: acted(coordinator, "scale-out"))
-    (out,) = acted(coordinator, "scale-out")
+    load.until("a scale-out", 2000, 4000, lambda: acted(autoscaled, "scale-out"))
+    (out,) = acted(autoscaled, "scale-out")
     assert out.startswith("autoscaler scale-out to 3: lagging: the backlog (12000 records)")
     # Back to 1200 records/s, no backlog: 2 containers of 1000/s carry it at 80%.
-    load.until("a scale-in", 1200, 0, lambda: acted(coordinator, "scale-in"))
-    (back,) = acted(coordinator, "scale-in")
+    load.until("a scale-in", 1200, 0, lambda: acted(autoscaled, "scale-in"))
+    (back,) = acted(autoscaled, "scale-in")
     assert back.startswith("autoscaler scale-in to 2: underused")
-    load.until("a steady hold on 2 containers", 1200, 0, lambda: decided(coordinator) == "steady")
+    load.until("a steady hold on 2 containers", 1200, 0, lambda: decided(autoscaled) == "steady")
     deadline = time.monotonic() + 1  # the load goes on: nothing more happens
     load.until("the load to go on", 1200, 0, lambda: time.monotonic() > deadline)
-    status = coordinator.status()
-    assert [len(c["tasks"]) for c in model(coordinator)["containers"]] == [6, 6]
-    assert len(acted(coordinator, "scale-out")) == len(acted(coordinator, "scale-in")) == 1
+    status = autoscaled.status()
+    assert [len(c["tasks"]) for c in model(autoscaled)["containers"]] == [6, 6]
+    assert len(acted(autoscaled, "scale-out")) == len(acted(autoscaled, "scale-in")) == 1
     assert status["autoscaler"]["capacityPerContainer"] == pytest.approx(1000, rel=0.2)
-    metrics = urllib.request.urlopen(f"{coordinator.url}/metrics").read().decode()
+    metrics = urllib.request.urlopen(f"{autoscaled.url}/metrics").read().decode()
     assert 'spark_elastic_autoscaler_actions_total{action="scale-out"} 1.0' in metrics
     assert 'spark_elastic_autoscaler_actions_total{action="scale-in"} 1.0' in metrics
     assert 'spark_elastic_autoscaler_mode{mode="on"} 1.0' in metrics
-    page = urllib.request.urlopen(f"{coordinator.url}/").read().decode()
+    page = urllib.request.urlopen(f"{autoscaled.url}/").read().decode()
     assert "Autoscaler on: 1-4 containers" in page
     assert "Last decision" in page
 
 
 def test_bad_requests_change_nothing_holds_are_told_once_and_a_pin_acts(
-    coordinator: Coordinator,
+    autoscaled: Coordinator,
 ) -> None:
-    url = f"{coordinator.url}/autoscaler"
+    url = f"{autoscaled.url}/autoscaler"
     # No reports at all: the policy holds for lack of data at every tick (0.2 s)...
-    wait_until("a hold for lack of data", lambda: decided(coordinator) == "no-data")
-    evaluations_for(coordinator, 0.6)
+    wait_until("a hold for lack of data", lambda: decided(autoscaled) == "no-data")
+    evaluations_for(autoscaled, 0.6)
     for body, needle in [
         ({}, "autoscaler: expected at least one setting to change"),
         ({"minContainers": 5, "maxContainers": 3}, "maxContainers: expected at least"),
@@ -165,20 +157,20 @@ def test_bad_requests_change_nothing_holds_are_told_once_and_a_pin_acts(
         status, reply = call(url, body)
         assert (status, "\n" in reply["error"]) == (400, False), (body, reply)
         assert needle in reply["error"], body
-    assert coordinator.status()["autoscaler"]["settings"] == FAST.to_json()
+    assert autoscaled.status()["autoscaler"]["settings"] == FAST.to_json()
     # ...and the hold is told once, not at every tick.
-    holds = [d for d in autoscale_events(coordinator) if d.startswith("hold")]
+    holds = [d for d in autoscale_events(autoscaled) if d.startswith("hold")]
     assert len(holds) == 1
     assert "no data: task 'Partition 0_0_4' has no lag from its owner" in holds[0]
     status, reply = call(url, {"pinned": 3})
     assert (status, reply["summary"]) == (200, "pinned at 3 containers")
-    wait_until("three containers", lambda: len(model(coordinator)["containers"]) == 3)
-    (pinned,) = acted(coordinator, "scale-out")
+    wait_until("three containers", lambda: len(model(autoscaled)["containers"]) == 3)
+    (pinned,) = acted(autoscaled, "scale-out")
     assert pinned.startswith("autoscaler scale-out to 3: pinned at 3 containers")
     status, reply = call(url, {"enabled": False})
     assert (status, reply["summary"]) == (200, "off (bounds 1-4 containers)")
-    assert coordinator.status()["autoscaler"]["mode"] == "off"
-    details = autoscale_events(coordinator)
+    assert autoscaled.status()["autoscaler"]["mode"] == "off"
+    details = autoscale_events(autoscaled)
     assert "autoscaler off (bounds 1-4 containers)" in details
     assert "autoscaler pinned at 3 containers" in details
 
@@ -230,14 +222,14 @@ def test_a_restarted_coordinator_keeps_the_autoscaler_settings(tmp_path: Path) -
         again.supervisor.store.close()
 
 
-def test_job_autoscale_on_the_command_line(coordinator: Coordinator) -> None:
-    url = coordinator.url
+def test_job_autoscale_on_the_command_line(autoscaled: Coordinator) -> None:
+    url = autoscaled.url
     result = run_cli("job", "autoscale", url, "--off", "--min", "2", "--max", "3")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "autoscaler off (bounds 2-3 containers)\n"
     one_line_error(run_cli("job", "autoscale", url), "one of --on, --off, --pin N")
     one_line_error(run_cli("job", "autoscale", url, "--min", "4"), "maxContainers", "(4)")
-    assert coordinator.status()["autoscaler"]["summary"] == "off (bounds 2-3 containers)"
+    assert autoscaled.status()["autoscaler"]["summary"] == "off (bounds 2-3 containers)"
     result = run_cli("job", "autoscale", url, "--max-factor", "8")
     assert result.stdout == "autoscaler off (bounds 2-3 containers, factor up to 8)\n"
     one_line_error(

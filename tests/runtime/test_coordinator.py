@@ -1,6 +1,6 @@
 """The coordinator over real HTTP on loopback, with stand-in container processes (no Spark).
 
-Leases are short here (1 s, margin 0.5 s) so expiries happen within seconds.
+Leases are short here (2 s, margin 1 s: ``standins.TERMS``) so expiries happen within seconds.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from standins import TASKS, TERMS, Clock, Coordinator, call, crash, shape, wait_until
 
 from spark_elastic.errors import ArgumentError
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
@@ -27,100 +26,6 @@ from spark_elastic.runtime.coordinator.placement import initial_assignment
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
-from spark_elastic.runtime.lease import LeaseTerms
-
-HERE = Path(__file__).parent
-# Leases of a few heartbeats (200 ms): short enough for quick failovers, long enough that
-# a loaded machine does not expire a live stand-in.
-TERMS = LeaseTerms(lease_s=2.0, margin_s=1.0, write_budget_s=0.5)
-TASKS = tuple(f"Partition {p}_{b}_4" for p in range(3) for b in range(4))
-
-
-def wait_until(what: str, condition: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def call(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url, data=data)
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def shape(root: Path) -> JobShape:
-    return JobShape("clicks", "jobs.py:job", 4, {"clicks": 3}, TASKS, str(root / "cp"))
-
-
-class Coordinator:
-    """A coordinator server on a thread, launching stand-in containers."""
-
-    def __init__(
-        self,
-        root: Path,
-        containers: int = 2,
-        command: list[str] | None = None,
-        port: int = 0,
-        job_shape: JobShape | None = None,
-        env: dict[str, str] | None = None,
-        **supervisor: Any,
-    ) -> None:
-        self.root = root
-        self.launcher = LocalLauncher(
-            root / "logs", command or [sys.executable, str(HERE / "standin_container.py")]
-        )
-        store = Store(root / "coordinator.db")
-        self.server = CoordinatorServer(
-            lambda url: Supervisor(
-                job_shape or shape(root),
-                store,
-                self.launcher,
-                url,
-                containers,
-                TERMS,
-                startup_s=20,
-                container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200", **(env or {})},
-                **supervisor,
-            ),
-            bind("127.0.0.1", port),
-        )
-        self.url = self.server.url
-
-    @property
-    def supervisor(self) -> Supervisor:
-        return self.server.supervisor
-
-    def status(self) -> dict[str, Any]:
-        return call(f"{self.url}/status.json")[1]  # type: ignore[no-any-return]
-
-    def running(self) -> dict[str, int]:
-        return {
-            c["containerId"]: c["pid"]
-            for c in self.status()["containers"]
-            if c["state"] == "running"
-        }
-
-    def kill_all(self) -> None:
-        for pid, container_id in self.launcher.launched.items():
-            self.launcher.kill(pid, container_id, signal.SIGKILL)
-
-
-@pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path)
-    try:
-        with c.server.running_in_thread():
-            yield c
-    finally:
-        c.kill_all()
 
 
 def test_a_launched_container_counts_as_alive_from_its_launch(tmp_path: Path) -> None:
@@ -345,8 +250,6 @@ def test_a_restarted_coordinator_keeps_its_model_and_its_containers(tmp_path: Pa
 def test_a_restarted_coordinator_slow_to_listen_counts_leases_from_when_it_listens(
     tmp_path: Path,
 ) -> None:
-    from test_growth import Clock, crash  # test_growth imports this module: not at its top
-
     clock = Clock()
     first = Coordinator(tmp_path, clock=clock)
     try:

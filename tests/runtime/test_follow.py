@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from key_counts import Count, counts, produce
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from test_generations import Count, counts, produce
 
 from spark_elastic import EmbeddedLog, Job, LogInput, ParquetSink, rescale
 from spark_elastic.dataplane.buckets import bucket_of_key

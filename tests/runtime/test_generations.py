@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from key_counts import counts, produce
+from pyspark.sql import SparkSession
 
-from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, TaskProcessor, TaskState, with_task_state
+from spark_elastic import EmbeddedLog
 from spark_elastic.errors import CheckpointError
-from spark_elastic.log.source import register_log_source
 from spark_elastic.runtime.container.generations import fork_committed, last_committed_batch
 
 LAYOUT = [
@@ -81,54 +81,11 @@ def test_a_checkpoint_that_never_committed_forks_to_a_fresh_start(tmp_path: Path
     assert files(tmp_path / "new") == {"metadata"}
 
 
-class Count(TaskProcessor):
-    """A running count per key; emits (key, count) for every record applied."""
-
-    state_schema = "n long"
-    output_schema = "key string, n long"
-
-    def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
-        out = []
-        for key in rows["key"]:
-            (n,) = task.get(key, (0,))
-            task.put(key, (n + 1,))
-            out.append((key.decode(), n + 1))
-        return pd.DataFrame(out, columns=["key", "n"])
-
-
 @pytest.fixture
 def log(tmp_path: Path) -> EmbeddedLog:
     log = EmbeddedLog(tmp_path / "log")
     log.create_topic("clicks", 2)
     return log
-
-
-def produce(log: EmbeddedLog, start: int, count: int) -> None:
-    with log.producer("clicks") as producer:
-        for i in range(start, start + count):
-            producer.send(f"user-{i % 13}".encode(), b"v")
-
-
-def counts(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> DataFrame:
-    """Running counts of every key of ``clicks``, at factor 2, 40 records a batch."""
-    register_log_source(spark)
-    events = (
-        spark.readStream.format(LOG_SOURCE_FORMAT)
-        .option("path", str(log.path))
-        .option("subscribe", "clicks")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 40)
-        .load()
-    )
-    return events.transform(
-        with_task_state(
-            Count(),
-            job="forks",
-            checkpoint_location=checkpoint,
-            elasticity_factor=2,
-            partitions={"clicks": 2},
-        )
-    )
 
 
 def run(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> list[tuple[str, int]]:

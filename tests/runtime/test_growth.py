@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_coordinator import TASKS, TERMS, Coordinator, call, wait_until
+from standins import TASKS, TERMS, Clock, Coordinator, call, crash, wait_until
 
 from spark_elastic import EmbeddedLog, LogInput
 from spark_elastic.cli.job import _InputWatch
@@ -97,14 +97,12 @@ def log(tmp_path: Path) -> EmbeddedLog:
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path, log: EmbeddedLog) -> Iterator[Coordinator]:
+def watching(
+    make_coordinator: Callable[..., Coordinator], tmp_path: Path, log: EmbeddedLog
+) -> Coordinator:
+    """A coordinator that looks at the log's partition counts every ``CHECK_S``."""
     watch = _InputWatch(LogInput(str(tmp_path / "log"), ("clicks",)))
-    c = Coordinator(tmp_path, watch=watch, partition_check_s=CHECK_S)
-    try:
-        with c.server.running_in_thread():
-            yield c
-    finally:
-        c.kill_all()
+    return make_coordinator(watch=watch, partition_check_s=CHECK_S)
 
 
 def monitor(coordinator: Coordinator) -> dict[str, Any]:
@@ -138,28 +136,28 @@ def commit_up_to(coordinator: Coordinator, ends: dict[int, int]) -> None:
 
 
 def test_growth_waits_for_the_old_partitions_to_drain_then_hands_every_container_over(
-    coordinator: Coordinator, log: EmbeddedLog
+    watching: Coordinator, log: EmbeddedLog
 ) -> None:
     running = wait_until(
         "two registered containers",
-        lambda: len(coordinator.running()) == 2 and coordinator.running(),
+        lambda: len(watching.running()) == 2 and watching.running(),
     )
-    before = call(f"{coordinator.url}/jobModel")[1]
+    before = call(f"{watching.url}/jobModel")[1]
     ends = log.end_offsets("clicks")
     log.grow("clicks", 6)
-    growth = wait_until("the growth seen", lambda: monitor(coordinator)["growth"])
+    growth = wait_until("the growth seen", lambda: monitor(watching)["growth"])
     assert growth["counts"] == {"clicks": 6}
     assert growth["barrier"] == {"clicks": {str(p): o for p, o in ends.items()}}
     # Short of the barrier, nobody reads a new partition: the model stays as it was.
-    commit_up_to(coordinator, {p: o - 1 for p, o in ends.items()})
-    wait_until("another check", lambda: monitor(coordinator)["seen"] == {"clicks": 6})
-    assert call(f"{coordinator.url}/jobModel")[1]["partitions"] == {"clicks": 3}
-    assert monitor(coordinator)["growth"] is not None
+    commit_up_to(watching, {p: o - 1 for p, o in ends.items()})
+    wait_until("another check", lambda: monitor(watching)["seen"] == {"clicks": 6})
+    assert call(f"{watching.url}/jobModel")[1]["partitions"] == {"clicks": 3}
+    assert monitor(watching)["growth"] is not None
 
-    commit_up_to(coordinator, ends)
+    commit_up_to(watching, ends)
     model = wait_until(
         "the grown job model",
-        lambda: (m := call(f"{coordinator.url}/jobModel")[1])["partitions"] == {"clicks": 6} and m,
+        lambda: (m := call(f"{watching.url}/jobModel")[1])["partitions"] == {"clicks": 6} and m,
     )
     assert model["partitions"] == {"clicks": 6}
     assert model["plannedPartitions"] == {"clicks": 3}
@@ -168,29 +166,29 @@ def test_growth_waits_for_the_old_partitions_to_drain_then_hands_every_container
     # Same virtual tasks, each successor forked from its predecessor's checkpoint.
     pairs = {tuple(c["tasks"]): c["sources"] for c in model["containers"]}
     assert pairs == {tuple(c["tasks"]): [c["checkpoint"]] for c in old.values()}
-    assert monitor(coordinator)["growth"] is None
+    assert monitor(watching)["growth"] is None
     wait_until(
         "the successors running and the predecessors gone",
-        lambda: set(coordinator.running()) == {c["containerId"] for c in model["containers"]},
+        lambda: set(watching.running()) == {c["containerId"] for c in model["containers"]},
     )
-    states = {c["containerId"]: c["state"] for c in coordinator.status()["containers"]}
+    states = {c["containerId"]: c["state"] for c in watching.status()["containers"]}
     assert {states[c] for c in running} == {"retired"}
-    kinds = [e["kind"] for e in coordinator.status()["events"]]
+    kinds = [e["kind"] for e in watching.status()["events"]]
     assert kinds.count("handover") == 2
 
 
 def test_a_count_that_is_no_multiple_is_reported_and_the_job_keeps_its_model(
-    coordinator: Coordinator, log: EmbeddedLog
+    watching: Coordinator, log: EmbeddedLog
 ) -> None:
-    wait_until("two registered containers", lambda: len(coordinator.running()) == 2)
+    wait_until("two registered containers", lambda: len(watching.running()) == 2)
     log.grow("clicks", 4)
-    reason = wait_until("the change refused", lambda: monitor(coordinator)["refused"])
+    reason = wait_until("the change refused", lambda: monitor(watching)["refused"])
     assert "4 partitions is not a multiple of the planned 3" in reason
-    metrics = call_text(f"{coordinator.url}/metrics")
+    metrics = call_text(f"{watching.url}/metrics")
     assert "spark_elastic_partition_change_refused 1.0" in metrics
     # The job keeps its model (a failover under load may renew it, never regrow it).
-    assert call(f"{coordinator.url}/jobModel")[1]["partitions"] == {"clicks": 3}
-    events = coordinator.status()["events"]
+    assert call(f"{watching.url}/jobModel")[1]["partitions"] == {"clicks": 3}
+    events = watching.status()["events"]
     assert "not followed" in str(events)
     assert "handover" not in [e["kind"] for e in events]
 
@@ -217,21 +215,6 @@ def watched(
         watch=_InputWatch(job_input),
         **{"partition_check_s": CHECK_S, **supervisor},
     )
-
-
-class Clock:
-    """A monotonic clock that moves only when told: leases expire exactly when asked."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def crash(coordinator: Coordinator) -> None:
-    """Leave the containers running when the server stops, as a crash would."""
-    coordinator.server.leave_containers_running()
 
 
 def test_a_coordinator_restarted_mid_drain_resumes_the_growth(

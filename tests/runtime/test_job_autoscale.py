@@ -26,22 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobs import RunningJob, all_applied, counts_in_key_order, produce, wait_until
 from pyspark.sql import SparkSession
-from test_coordinator import call
-from test_job_run import (
-    RunningJob,
-    all_applied,
-    counts_in_key_order,
-    produce,
-    start_job,
-    wait_until,
-)
+from standins import call
 
 from spark_elastic import EmbeddedLog
 
 pytestmark = pytest.mark.slow
-
-__all__ = ["start_job"]  # the fixture, imported for this module's specs
 
 INITIAL = 300
 BATCH = 100  # records a micro-batch reads at most; with the 1 s trigger, 100 a second
@@ -50,7 +41,8 @@ STEP = 400  # records a second
 
 @pytest.fixture
 def clicks(tmp_path: Path) -> Path:
-    """An embedded log with a few clicks over 2 partitions (``start_job`` runs on it)."""
+    """An embedded log with a few clicks over 2 partitions (``start_job`` runs on it, in
+    place of the shared fixture's log)."""
     log = EmbeddedLog(tmp_path / "log")
     log.create_topic("clicks", 2)
     produce(log, 0, INITIAL)

@@ -21,23 +21,20 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
-from pyspark.sql import SparkSession
-from test_job_run import (
+from jobs import (
     RECORDS,
     RunningJob,
     all_applied,
-    clicks,
     counts_in_key_order,
     produce,
     published_batches,
-    start_job,
     wait_until,
 )
+from pyspark.sql import SparkSession
 
 from spark_elastic import EmbeddedLog
 
 pytestmark = pytest.mark.slow
-__all__ = ["clicks", "start_job"]  # fixtures this module's specs use
 
 HERE = Path(__file__).parent
 
@@ -174,7 +171,7 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
 def test_a_job_spark_refuses_at_start_fails_saying_why(
     start_job: Callable[..., RunningJob], clicks: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("test_job_run.JOB", f"{HERE / 'refused_job.py'}:job")
+    monkeypatch.setattr("jobs.JOB", f"{HERE / 'refused_job.py'}:job")
     job = start_job(1, None, 0, "--max-start-failures", "2")
     state = wait_until(
         "the job failed", lambda: (s := job.status())["jobState"]["state"] == "failed" and s

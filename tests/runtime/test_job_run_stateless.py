@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from jobs import RECORDS, RunningJob, produce, wait_until
 from jvm import CONTAINER_CONF
 from pyspark.sql import SparkSession
 from spark_cluster import standalone_cluster
-from test_job_run import RECORDS, RunningJob, produce, wait_until
 
 from spark_elastic import EmbeddedLog, with_virtual_tasks
 from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
@@ -62,6 +62,7 @@ def reference(spark: SparkSession, root: Path, partitions: int = 2) -> set[Row]:
 
 @pytest.fixture
 def clicks(tmp_path: Path) -> Path:
+    """RECORDS clicks over 2 partitions (in place of the shared fixture's 4)."""
     log = EmbeddedLog(tmp_path / "log")
     log.create_topic("clicks", 2)
     produce(log, 0, RECORDS)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import kafka_jvm
 import pytest
-from test_coordinator import wait_until
+from standins import wait_until
 
 import udfs
 from spark_elastic import KafkaInput

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from kafka_broker import Broker, running_broker, tansu_binary, unused_address
-from test_coordinator import wait_until
+from standins import wait_until
 
 from spark_elastic import KafkaInput, LogInput
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, InputError

@@ -7,41 +7,29 @@ end-to-end run with real containers is in test_job_run_stateless.py.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import run_cli
-from test_cli_job import one_line_error
-from test_coordinator import TASKS, TERMS, Coordinator, call, shape, wait_until
-from test_growth import Clock, crash
-from test_job_run import alive
+from cli_runner import one_line_error, run_cli
+from standins import (
+    TASKS,
+    TERMS,
+    Clock,
+    Coordinator,
+    alive,
+    call,
+    crash,
+    model,
+    shape,
+    started,
+    wait_until,
+)
 
 from spark_elastic.runtime.coordinator.placement import may_shut_down
 from spark_elastic.runtime.coordinator.supervisor import JobShape
 from spark_elastic.runtime.protocol import ContainerModel
-
-
-@pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path)
-    try:
-        with c.server.running_in_thread():
-            yield c
-    finally:
-        c.kill_all()
-
-
-def model(coordinator: Coordinator) -> dict[str, Any]:
-    return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
-
-
-def started(coordinator: Coordinator) -> None:
-    """What a real container leaves behind once it committed a batch."""
-    for c in model(coordinator)["containers"]:
-        Path(c["checkpoint"], "commits").mkdir(parents=True, exist_ok=True)
-        Path(c["checkpoint"], "commits", "0").touch()
 
 
 def scale_to(coordinator: Coordinator, containers: int) -> dict[str, Any]:
@@ -138,17 +126,13 @@ def test_a_bad_scale_request_is_one_line_and_changes_nothing(
 
 
 @pytest.fixture
-def slow_handover(tmp_path: Path) -> Iterator[Coordinator]:
+def slow_handover(make_coordinator: Callable[..., Coordinator]) -> Coordinator:
     """Predecessors that do not stop, and a clock that stands still: a handover stays
     under way until the spec moves the clock past their leases."""
-    c = Coordinator(tmp_path, env={"STANDIN_STUBBORN": "1"}, clock=Clock())
-    try:
-        with c.server.running_in_thread():
-            wait_until("two containers", lambda: len(c.running()) == 2)
-            started(c)
-            yield c
-    finally:
-        c.kill_all()
+    c = make_coordinator(env={"STANDIN_STUBBORN": "1"}, clock=Clock())
+    wait_until("two containers", lambda: len(c.running()) == 2)
+    started(c)
+    return c
 
 
 def test_a_scale_while_another_is_under_way_is_refused(slow_handover: Coordinator) -> None:
@@ -161,21 +145,16 @@ def test_a_scale_while_another_is_under_way_is_refused(slow_handover: Coordinato
 
 
 @pytest.fixture
-def stateful(tmp_path: Path) -> Iterator[Coordinator]:
+def stateful(make_coordinator: Callable[..., Coordinator], tmp_path: Path) -> Coordinator:
     """A stateful job whose warm-ups say they are ready only once the spec opens a gate."""
     base = shape(tmp_path)
-    c = Coordinator(
-        tmp_path,
+    c = make_coordinator(
         job_shape=JobShape(**{**base.__dict__, "stateful": True}),
         env={"STANDIN_WARM_GATE": str(tmp_path / "warm")},
     )
-    try:
-        with c.server.running_in_thread():
-            wait_until("two containers", lambda: len(c.running()) == 2)
-            started(c)
-            yield c
-    finally:
-        c.kill_all()
+    wait_until("two containers", lambda: len(c.running()) == 2)
+    started(c)
+    return c
 
 
 def test_a_stateful_job_moves_tasks_only_once_their_new_owners_are_warm(
@@ -277,25 +256,22 @@ def advance(coordinator: Coordinator, clock: Clock, seconds: float) -> None:
 
 
 @pytest.fixture
-def catching_up(tmp_path: Path) -> Iterator[tuple[Coordinator, Clock]]:
+def catching_up(
+    make_coordinator: Callable[..., Coordinator], tmp_path: Path
+) -> tuple[Coordinator, Clock]:
     """A stateful job whose warm-ups are ready at once but say they caught up with their
     old owners only once the spec opens a gate; its clock moves only when the spec says."""
     base = shape(tmp_path)
     clock = Clock()
-    c = Coordinator(
-        tmp_path,
+    c = make_coordinator(
         job_shape=JobShape(**{**base.__dict__, "stateful": True}),
         env={"STANDIN_CAUGHT_UP_GATE": str(tmp_path / "caught-up")},
         clock=clock,
         catch_up_s=CATCH_UP_S,
     )
-    try:
-        with c.server.running_in_thread():
-            wait_until("two containers", lambda: len(c.running()) == 2)
-            started(c)
-            yield c, clock
-    finally:
-        c.kill_all()
+    wait_until("two containers", lambda: len(c.running()) == 2)
+    started(c)
+    return c, clock
 
 
 def listed_as_stopping(coordinator: Coordinator, owners: dict[str, int]) -> dict[str, Any]:

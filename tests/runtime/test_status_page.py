@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_coordinator import Coordinator, call, shape, wait_until
-from test_scale import started
+from standins import Coordinator, call, shape, started, wait_until
 
 from spark_elastic.runtime.coordinator.supervisor import JobShape
 
@@ -24,16 +22,6 @@ def browser() -> str:
             pytest.fail("no chromium on PATH: .ci/run installs Debian's chromium package")
         pytest.skip("no chromium on PATH (apt-get install chromium); CI installs it")
     return BROWSER
-
-
-@pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[Coordinator]:
-    c = Coordinator(tmp_path)
-    try:
-        with c.server.running_in_thread():
-            yield c
-    finally:
-        c.kill_all()
 
 
 def render(browser: str, url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 from pyspark.sql import SparkSession
-from test_stateful_rescale import TOPIC, Job, RunningCount, final_state
-from test_topic_growth import run_to_end
+from stateful_job import TOPIC, Job, RunningCount, final_state, run_to_end
 
 from spark_elastic import (
     read_checkpoint,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from test_stateful_rescale import RunningCount, final_state
+from stateful_job import RunningCount, final_state
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, register_log_source, with_task_state
 from spark_elastic.errors import CheckpointError

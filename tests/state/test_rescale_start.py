@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from test_stateful_rescale import TOPIC, Job, RunningCount
+from stateful_job import TOPIC, Job, RunningCount
 
 from spark_elastic import LOG_SOURCE_FORMAT, rescale, starting_offsets, with_task_state
 from spark_elastic.errors import CheckpointError

@@ -11,18 +11,12 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from test_stateful_rescale import (
-    TOPIC,
-    Job,
-    RunningCount,
-    final_state,
-)
+from stateful_job import TOPIC, Job, final_state, run_to_end
 
-from spark_elastic import LOG_SOURCE_FORMAT, plan_job, rescale, starting_offsets, with_task_state
+from spark_elastic import plan_job, rescale
 from spark_elastic.errors import CheckpointError
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.state.checkpoint_dir import JobSpec, read_job
@@ -36,32 +30,6 @@ def grown_plan() -> JobPlan:
         [f"kafka.{TOPIC}:4"],
         elasticity_factor=FACTOR,
         previous=plan_job([f"kafka.{TOPIC}:2"], elasticity_factor=FACTOR),
-    )
-
-
-def run_to_end(job: Job, checkpoint: Path | str, output: Path, **task_state: Any) -> None:
-    """Run a RunningCount query on ``checkpoint`` (a path or URI) to the end of the log."""
-    if output not in job.outputs:
-        job.outputs.append(output)
-    events = (
-        job.spark.readStream.format(LOG_SOURCE_FORMAT)
-        .option("path", str(job.log.path))
-        .option("subscribe", TOPIC)
-        .option("startingOffsets", starting_offsets(checkpoint))
-        .load()
-    )
-    out = events.transform(
-        with_task_state(
-            RunningCount(), job="running-count", checkpoint_location=checkpoint, **task_state
-        )
-    )
-    (
-        out.writeStream.format("parquet")
-        .option("path", str(output))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-        .awaitTermination()
     )
 
 

@@ -1,0 +1,243 @@
+"""The end-to-end specs' machinery: the click-count job run by ``spark-elastic job run``.
+
+:class:`RunningJob` is a coordinator process (its own process, launching
+containers that are each their own Spark application) and what it launched;
+:class:`JobStarter` starts them with short leases and cleans every one up.
+The ``clicks`` and ``start_job`` fixtures (``tests/conftest.py``) start jobs on
+an embedded log of :data:`RECORDS` clicks; the helpers read the sink's rows
+(:func:`output_rows`) and the single key-ordered pass they are compared with
+(:func:`counts_in_key_order`).
+
+pyarrow and pyspark are imported where they are used: ``tests/conftest.py``
+imports this module, and the specs without Spark need neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jvm import CONTAINER_CONF
+
+from spark_elastic import EmbeddedLog
+from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
+RECORDS = 6000
+USERS = 97
+# Short leases so failovers happen within seconds; the budget fits a local Parquet write.
+LEASE_MS, MARGIN_MS, BUDGET_MS, HEARTBEAT_MS = 6000, 2500, 2000, 500
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = 180.0) -> Any:
+    """Poll ``condition`` until it returns a truthy value; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+@dataclass
+class RunningJob:
+    """A coordinator process running the click-count job, and what it launched."""
+
+    root: Path
+    process: subprocess.Popen[str]
+    url: str = ""
+    pids: dict[int, str] = field(default_factory=dict)
+    """PID -> container id of every container the status page has shown."""
+
+    def status(self) -> dict[str, Any]:
+        document: dict[str, Any] = get_json(f"{self.url}/status.json")
+        for container in document.get("containers", []):
+            if container.get("pid"):
+                self.pids[int(container["pid"])] = container["containerId"]
+        return document
+
+    def job_model(self) -> dict[str, Any]:
+        model: dict[str, Any] = get_json(f"{self.url}/jobModel")
+        return model
+
+    def running_containers(self) -> dict[str, int]:
+        """``{container id: pid}`` of containers registered and running."""
+        return {
+            c["containerId"]: int(c["pid"])
+            for c in self.status().get("containers", [])
+            if c.get("state") == "running" and c.get("pid")
+        }
+
+    def output_rows(self) -> set[tuple[str, int, int, int]]:
+        return output_rows(self.root / "out")
+
+    def takeovers(self) -> dict[str, str]:
+        """``{container id: how it took its tasks over}``, from the containers' logs.
+
+        ``replay`` (a replaying warm-up's running query took them), ``snapshot``
+        (a snapshot warm-up started from the state it followed) or
+        ``checkpoints`` (its predecessors' committed checkpoints, rescaled).
+        """
+        ways = {
+            "in the query that replayed them": "replay",
+            "from the state it followed": "snapshot",
+            " checkpoints: ": "checkpoints",
+        }
+        found = {}
+        for path in sorted((self.root / "checkpoints" / "logs").glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if ": took over " in line:
+                    found[path.stem] = next(way for words, way in ways.items() if words in line)
+        return found
+
+    def cleanup(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(60)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        # A container that exited long ago may have left its PID to another process (the
+        # test session's own JVM, once): the launcher signals a PID, and its process group,
+        # only while /proc says they are still that container's.
+        launcher = LocalLauncher(self.root / "cleanup")
+        for pid, container_id in self.pids.items():
+            launcher.kill(pid, container_id, signal.SIGKILL)
+
+
+def output_rows(out: Path) -> set[tuple[str, int, int, int]]:
+    """Rows of every completed batch directory (those with Spark's _SUCCESS marker)."""
+    import pyarrow.parquet as pq
+
+    rows: set[tuple[str, int, int, int]] = set()
+    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
+        with contextlib.suppress(FileNotFoundError):  # overwritten by a retried batch meanwhile
+            table = pq.read_table(success.parent).to_pydict()
+            rows.update(
+                zip(
+                    table["user"], table["clicks"], table["partition"], table["offset"], strict=True
+                )
+            )
+    return rows
+
+
+def produce(log: EmbeddedLog, start: int, count: int) -> None:
+    with log.producer("clicks") as producer:
+        for i in range(start, start + count):
+            producer.send(f"user-{(i * 7919) % USERS}".encode(), f"click-{i}".encode())
+
+
+class JobStarter:
+    """Starts ``spark-elastic job run`` of :data:`JOB` on the log under ``clicks``.
+
+    Called as ``start_job(containers, store=None, port=0, *extra)``, it returns
+    the :class:`RunningJob` once its status URL is printed; :meth:`cleanup`
+    stops every job it started and kills what they launched.
+    """
+
+    def __init__(self, clicks: Path) -> None:
+        self.clicks = clicks
+        self.started: list[RunningJob] = []
+
+    def __call__(
+        self, containers: int, store: Path | None = None, port: int = 0, *extra: str
+    ) -> RunningJob:
+        clicks = self.clicks
+        env = {
+            **os.environ,
+            "CLICKS_ROOT": str(clicks),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        command = [
+            sys.executable,
+            *("-m", "spark_elastic", "job", "run", JOB),
+            *("--containers", str(containers), "--port", str(port)),
+            *("--store", str(store or clicks / "coordinator.db")),
+            *("--lease-ms", str(LEASE_MS), "--margin-ms", str(MARGIN_MS)),
+            *("--write-budget-ms", str(BUDGET_MS), "--heartbeat-ms", str(HEARTBEAT_MS)),
+            # Containers go on without their coordinator for about a minute of failed
+            # heartbeats (Samza's retries; two leases at least): the spec's coordinator
+            # restart may outlast two 6 s leases on a loaded machine.
+            *("--heartbeat-retries", "120"),
+            *CONTAINER_CONF,
+            *extra,
+        ]
+        log_file = (clicks / f"coordinator-{len(self.started)}.log").open("w")
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True
+        )
+        job = RunningJob(clicks, process)
+        self.started.append(job)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "http://127.0.0.1:" in line, f"no status URL printed: {line!r}"
+        job.url = line[line.index("http://") :].strip().rstrip("/")
+        return job
+
+    def cleanup(self) -> None:
+        for job in self.started:
+            job.cleanup()
+
+
+def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
+    return lambda: len({(u, o, p) for u, _, p, o in job.output_rows()}) >= total
+
+
+def published_batches(out: Path, container_id: str) -> set[str]:
+    return {
+        str(p.parent) for p in out.glob(f"container={container_id}/generation=*/batch=*/_SUCCESS")
+    }
+
+
+def counts_in_key_order(
+    spark: SparkSession, root: Path, planned: int
+) -> set[tuple[str, int, int, int]]:
+    """The click-count rows of a job that kept each key's order across growth.
+
+    A key's records in its old partition (below ``planned``) come first, then
+    those in its new partition, each in offset order; its running count at a
+    record is the record's place in that sequence.
+    """
+    from spark_elastic import LOG_SOURCE_FORMAT
+    from spark_elastic.log.source import register_log_source
+
+    register_log_source(spark)
+    records = (
+        spark.read.format(LOG_SOURCE_FORMAT)
+        .option("path", str(root / "log"))
+        .option("subscribe", "clicks")
+        .load()
+        .select("key", "partition", "offset")
+        .collect()
+    )
+    by_key: dict[str, list[tuple[bool, int, int]]] = {}
+    for r in records:
+        by_key.setdefault(r.key.decode(), []).append(
+            (r.partition >= planned, r.offset, r.partition)
+        )
+    return {
+        (user, count, partition, offset)
+        for user, seq in by_key.items()
+        for count, (_, offset, partition) in enumerate(sorted(seq), start=1)
+    }

@@ -1,0 +1,154 @@
+"""A coordinator over real HTTP on loopback, launching stand-in container processes (no Spark).
+
+The machinery the coordinator's specs share: :class:`Coordinator` (a real
+coordinator server on a thread, its containers ``standin_container.py``
+processes), the job it runs (:data:`TASKS`, :func:`shape`), its lease terms
+(:data:`TERMS`), a :class:`Clock` that moves only when told, and the helpers
+the specs call it with. The ``coordinator`` and ``make_coordinator``
+fixtures (``tests/conftest.py``) start coordinators and stop them at the end.
+
+Leases are short here (2 s, margin 1 s) so expiries happen within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
+from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
+from spark_elastic.runtime.lease import LeaseTerms
+
+HERE = Path(__file__).parent
+# Leases of a few heartbeats (200 ms): short enough for quick failovers, long enough that
+# a loaded machine does not expire a live stand-in.
+TERMS = LeaseTerms(lease_s=2.0, margin_s=1.0, write_budget_s=0.5)
+TASKS = tuple(f"Partition {p}_{b}_4" for p in range(3) for b in range(4))
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def call(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def shape(root: Path) -> JobShape:
+    return JobShape("clicks", "jobs.py:job", 4, {"clicks": 3}, TASKS, str(root / "cp"))
+
+
+class Coordinator:
+    """A coordinator server on a thread, launching stand-in containers."""
+
+    def __init__(
+        self,
+        root: Path,
+        containers: int = 2,
+        command: list[str] | None = None,
+        port: int = 0,
+        job_shape: JobShape | None = None,
+        env: dict[str, str] | None = None,
+        **supervisor: Any,
+    ) -> None:
+        self.root = root
+        self.launcher = LocalLauncher(
+            root / "logs", command or [sys.executable, str(HERE / "standin_container.py")]
+        )
+        store = Store(root / "coordinator.db")
+        self.server = CoordinatorServer(
+            lambda url: Supervisor(
+                job_shape or shape(root),
+                store,
+                self.launcher,
+                url,
+                containers,
+                TERMS,
+                startup_s=20,
+                container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200", **(env or {})},
+                **supervisor,
+            ),
+            bind("127.0.0.1", port),
+        )
+        self.url = self.server.url
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self.server.supervisor
+
+    def status(self) -> dict[str, Any]:
+        return call(f"{self.url}/status.json")[1]  # type: ignore[no-any-return]
+
+    def running(self) -> dict[str, int]:
+        return {
+            c["containerId"]: c["pid"]
+            for c in self.status()["containers"]
+            if c["state"] == "running"
+        }
+
+    def kill_all(self) -> None:
+        for pid, container_id in self.launcher.launched.items():
+            self.launcher.kill(pid, container_id, signal.SIGKILL)
+
+
+def model(coordinator: Coordinator) -> dict[str, Any]:
+    return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
+
+
+def started(coordinator: Coordinator) -> None:
+    """What a real container leaves behind once it committed a batch."""
+    for c in model(coordinator)["containers"]:
+        Path(c["checkpoint"], "commits").mkdir(parents=True, exist_ok=True)
+        Path(c["checkpoint"], "commits", "0").touch()
+
+
+class Clock:
+    """A monotonic clock that moves only when told: leases expire exactly when asked."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def crash(coordinator: Coordinator) -> None:
+    """Leave the containers running when the server stops, as a crash would."""
+    coordinator.server.leave_containers_running()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        # A zombie (exited, not yet reaped by its parent) is not running.
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    return True
