@@ -206,8 +206,9 @@ def make_coordinator(tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
     """``make_coordinator(**options)``: a :class:`Coordinator` on ``tmp_path`` (``options``
     are its own), serving on a thread until the spec ends.
 
-    At the end, even when the spec failed, each one it made stops serving,
-    then every container it launched is killed.
+    At the end, even when the spec failed, every container it launched is
+    killed, then each coordinator stops serving (it would wait a minute for
+    stand-ins that ignore SIGTERM), then what it launched meanwhile is killed.
     """
     with contextlib.ExitStack() as stack:
 
@@ -215,6 +216,7 @@ def make_coordinator(tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
             c = Coordinator(tmp_path, **options)
             stack.callback(c.kill_all)
             stack.enter_context(c.server.running_in_thread())
+            stack.callback(c.kill_all)  # runs first: the stack unwinds last in, first out
             return c
 
         yield make
