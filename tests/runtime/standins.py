@@ -119,10 +119,17 @@ def model(coordinator: Coordinator) -> dict[str, Any]:
 
 
 def started(coordinator: Coordinator) -> None:
-    """What a real container leaves behind once it committed a batch."""
+    """What a real container says once it committed a batch: a progress report."""
     for c in model(coordinator)["containers"]:
-        Path(c["checkpoint"], "commits").mkdir(parents=True, exist_ok=True)
-        Path(c["checkpoint"], "commits", "0").touch()
+        body = {
+            "containerId": c["containerId"],
+            "generation": c["generation"],
+            "batchId": 0,
+            "recordsRead": 0,
+            "recordsProcessed": 0,
+            "tasks": [{"task": t, "offsets": {}, "lag": 0} for t in c["tasks"]],
+        }
+        assert call(f"{coordinator.url}/containers/progress", body)[0] == 200
 
 
 class Clock:

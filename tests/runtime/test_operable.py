@@ -238,3 +238,21 @@ def test_an_exited_container_is_reaped_not_left_a_zombie(tmp_path: Path) -> None
             time.sleep(0.05)  # still running: a short poll, bounded by the deadline
     assert not Path(f"/proc/{pid}/stat").exists()
     assert not launcher.alive(pid, "c1")
+
+
+def test_a_successor_starts_from_what_its_predecessor_reported_committed_not_from_its_disk(
+    in_process: InProcess,
+) -> None:
+    # No checkpoint of these containers exists on the coordinator's disk: what they
+    # committed is known from their progress reports alone.
+    sup = in_process.supervisor
+    sup.launch_pending()
+    in_process.register_all()
+    reported, silent = sup.model.containers
+    in_process.report(reported.container_id, batch=1)
+    assert not Path(reported.checkpoint).exists()
+    sup.report_failure(reported.container_id, "Boom")
+    sup.report_failure(silent.container_id, "Boom")
+    heirs = {c.tasks: c for c in sup.model.containers}
+    assert heirs[reported.tasks].sources == (reported.checkpoint,)
+    assert heirs[silent.tasks].sources == silent.sources == ()

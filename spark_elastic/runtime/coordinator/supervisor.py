@@ -107,7 +107,6 @@ from spark_elastic.runtime.protocol import (
     ProgressReport,
     Registration,
 )
-from spark_elastic.state.checkpoint_dir import never_committed
 
 __all__ = ["JobShape", "PartitionWatch", "Supervisor", "input_lag", "status_json"]
 
@@ -1556,10 +1555,16 @@ class Supervisor:
                 self.launcher.terminate(record.pid, record.id)
 
     def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
-        # A container that never committed a batch hands on what it was given (its own
-        # sources are never modified), so a successor always starts from committed work.
-        started = Path(record.checkpoint).is_dir() and not never_committed(record.checkpoint)
-        return (record.checkpoint,) if started else record.sources
+        """Where a successor of ``record`` starts from: its checkpoint once it reported a
+        committed batch, else what it was given (its own sources are never modified).
+
+        Known from its progress reports, not from its checkpoint's files: the
+        coordinator need not share a disk, or a host, with its containers. A
+        container that committed a batch but died before reporting it hands on
+        its sources: its successor replays from there (state stays exact, its
+        bucket offsets committed with it; output is at-least-once anyway).
+        """
+        return (record.checkpoint,) if record.id in self._committed else record.sources
 
     def _fail_over(self, old_id: str, reason: str) -> None:
         old = self._records[old_id]
