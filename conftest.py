@@ -46,13 +46,18 @@ os.environ["SPARK_CONF_DIR"] = str(_SPARK_CONF_DIR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the three files of end-to-end specs (real containers) first, longest first.
+    """Run the four files of end-to-end specs (real containers) first, longest first.
 
     ``make test`` deals whole files to two workers in this order: the longest
     start at once, on different workers, and the short files fill in around
     them instead of leaving one long file to run alone at the end.
     """
-    longest = ("test_job_run.py", "test_job_run_stateless.py", "test_job_autoscale.py")
+    longest = (
+        "test_job_run.py",
+        "test_job_run_stateless.py",
+        "test_job_operable.py",
+        "test_job_autoscale.py",
+    )
 
     def rank(item: pytest.Item) -> int:
         name = item.path.name

@@ -118,18 +118,32 @@ def model(coordinator: Coordinator) -> dict[str, Any]:
     return call(f"{coordinator.url}/jobModel")[1]  # type: ignore[no-any-return]
 
 
+def report_commit(
+    url: str, container: dict[str, Any], lag: int = 0, records: int = 0, partition: str = ""
+) -> None:
+    """A container's progress report of a committed batch, as a real one sends it.
+
+    Each task's offsets name ``partition`` (by default its own, from its name).
+    """
+    tasks = [
+        {"task": t, "offsets": {"clicks": {partition or t.split("_")[0].split()[1]: 0}}, "lag": lag}
+        for t in container["tasks"]
+    ]
+    body = {
+        "containerId": container["containerId"],
+        "generation": container["generation"],
+        "batchId": 0,
+        "recordsRead": records,
+        "recordsProcessed": records,
+        "tasks": tasks,
+    }
+    assert call(f"{url}/containers/progress", body)[0] == 200
+
+
 def started(coordinator: Coordinator) -> None:
-    """What a real container says once it committed a batch: a progress report."""
+    """What each container of the model says once it committed a batch: a progress report."""
     for c in model(coordinator)["containers"]:
-        body = {
-            "containerId": c["containerId"],
-            "generation": c["generation"],
-            "batchId": 0,
-            "recordsRead": 0,
-            "recordsProcessed": 0,
-            "tasks": [{"task": t, "offsets": {}, "lag": 0} for t in c["tasks"]],
-        }
-        assert call(f"{coordinator.url}/containers/progress", body)[0] == 200
+        report_commit(coordinator.url, c)
 
 
 class Clock:

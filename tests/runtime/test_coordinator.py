@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standins import TASKS, TERMS, Clock, Coordinator, call, crash, shape, wait_until
+from standins import (
+    TASKS,
+    TERMS,
+    Clock,
+    Coordinator,
+    call,
+    crash,
+    report_commit,
+    shape,
+    wait_until,
+)
 
 from spark_elastic.errors import ArgumentError
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
@@ -152,16 +162,7 @@ def test_a_killed_container_is_replaced_only_after_its_lease_and_margin(
 
 
 def report_progress(url: str, container: dict[str, Any], lag: int) -> None:
-    tasks = [{"task": t, "offsets": {"clicks": {"0": 10}}, "lag": lag} for t in container["tasks"]]
-    body = {
-        "containerId": container["containerId"],
-        "generation": container["generation"],
-        "batchId": 0,
-        "recordsRead": 10,
-        "recordsProcessed": 10,
-        "tasks": tasks,
-    }
-    assert call(f"{url}/containers/progress", body)[0] == 200
+    report_commit(url, container, lag=lag, records=10, partition="0")
 
 
 def lags(coordinator: Coordinator) -> dict[str, int]:

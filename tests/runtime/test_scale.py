@@ -22,6 +22,7 @@ from standins import (
     call,
     crash,
     model,
+    report_commit,
     shape,
     started,
     wait_until,
@@ -436,20 +437,8 @@ def report_progress(coordinator: Coordinator) -> None:
     """A first progress report from each container that has not sent one (its query runs)."""
     reported = set(coordinator.supervisor.store.throughput())
     for c in model(coordinator)["containers"]:
-        if c["containerId"] in reported:
-            continue
-        body = {
-            "containerId": c["containerId"],
-            "generation": c["generation"],
-            "batchId": 0,
-            "recordsRead": 0,
-            "recordsProcessed": 0,
-            "tasks": [
-                {"task": t, "offsets": {"clicks": {t.split("_")[0].split()[1]: 0}}, "lag": 0}
-                for t in c["tasks"]
-            ],
-        }
-        call(f"{coordinator.url}/containers/progress", body)
+        if c["containerId"] not in reported:
+            report_commit(coordinator.url, c)
 
 
 def factors(m: dict[str, Any]) -> set[int]:
