@@ -256,3 +256,26 @@ def test_a_successor_starts_from_what_its_predecessor_reported_committed_not_fro
     heirs = {c.tasks: c for c in sup.model.containers}
     assert heirs[reported.tasks].sources == (reported.checkpoint,)
     assert heirs[silent.tasks].sources == silent.sources == ()
+
+
+def test_a_coordinator_failing_as_it_starts_stops_what_it_launched_and_exits_1(
+    in_process: InProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    supervisor = in_process.supervisor
+    launch = supervisor.launch_pending
+
+    def launch_then_fail() -> None:
+        launch()
+        raise OSError("no space left on device")
+
+    supervisor.launch_pending = launch_then_fail  # type: ignore[method-assign]
+    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(server.serve(), 30))
+    finally:
+        loop.close()
+    assert server.exit_code == 1
+    assert "OSError: no space left on device" in capsys.readouterr().err
+    assert len(in_process.launcher.processes) == 2
+    assert in_process.launcher.running() == []

@@ -511,6 +511,7 @@ class CoordinatorServer:
         """
         self._stopping = asyncio.Event()
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        ticker: asyncio.Future[None] | None = None
         try:
             await runner.setup()
             await web.SockSite(runner, self._sock).start()
@@ -522,13 +523,16 @@ class CoordinatorServer:
                 ready()
             await self._stopping.wait()
             await ticker
+        except Exception as exc:
+            if self.failure is None:
+                self._fail(exc)
+            if ticker is not None:
+                ticker.cancel()
+        try:
             if not self._leave_running and not isinstance(self._failed_with, StoreFencedError):
                 # Containers stop with the server still answering (their last reports land),
                 # on this loop's thread like every other call into the supervisor.
                 await self._stop_containers()
-        except Exception as exc:
-            if self.failure is None:
-                self._fail(exc)
         finally:
             await runner.cleanup()
             self.supervisor.store.close()
