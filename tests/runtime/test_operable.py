@@ -21,6 +21,7 @@ from spark_elastic.errors import StoreFencedError, StoreOwnedError
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
 from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
+from spark_elastic.runtime.coordinator.supervisor import Supervisor
 from spark_elastic.runtime.protocol import Registration
 
 
@@ -32,6 +33,17 @@ def running(harness: InProcess) -> InProcess:
         harness.report(c.container_id, batch=1)
     assert sorted(harness.states().values()) == ["running", "running"]
     return harness
+
+
+def serve_until_it_ends(supervisor: Supervisor) -> CoordinatorServer:
+    """The supervisor behind its real HTTP server, on this thread, until serving ends."""
+    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(server.serve(), 30))
+    finally:
+        loop.close()
+    return server
 
 
 # one coordinator per job
@@ -152,12 +164,7 @@ def test_a_coordinator_whose_loop_raises_exits_1_saying_why_and_stops_its_contai
         raise RuntimeError("the state machine broke")
 
     supervisor.tick = broken  # type: ignore[method-assign]
-    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(asyncio.wait_for(server.serve(), 30))
-    finally:
-        loop.close()
+    server = serve_until_it_ends(supervisor)
     assert server.exit_code == 1
     assert "RuntimeError: the state machine broke" in capsys.readouterr().err
     assert in_process.launcher.running() == []
@@ -269,12 +276,7 @@ def test_a_coordinator_failing_as_it_starts_stops_what_it_launched_and_exits_1(
         raise OSError("no space left on device")
 
     supervisor.launch_pending = launch_then_fail  # type: ignore[method-assign]
-    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(asyncio.wait_for(server.serve(), 30))
-    finally:
-        loop.close()
+    server = serve_until_it_ends(supervisor)
     assert server.exit_code == 1
     assert "OSError: no space left on device" in capsys.readouterr().err
     assert len(in_process.launcher.processes) == 2
