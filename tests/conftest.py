@@ -21,13 +21,16 @@ containers, real Spark) on an embedded log; its machinery is
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
+import os
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kafka_jvm
 import pytest
 from jobs import RECORDS, JobStarter, RunningJob, produce
 from standins import Clock, Coordinator
@@ -237,6 +240,16 @@ def clicks(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed end-to-end spec's report says what its coordinators and containers did."""
+    outcome = yield
+    report = outcome.get_result()
+    starter = getattr(item, "funcargs", {}).get("start_job")
+    if report.failed and report.when == "call" and isinstance(starter, JobStarter):
+        report.sections.append(("what the jobs did", starter.diagnosis()))
+
+
 @pytest.fixture
 def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
     """``start_job(containers, store=None, port=0, *extra)``: the click-count job on ``clicks``.
@@ -246,3 +259,28 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
     starter = JobStarter(clicks)
     yield starter
     starter.cleanup()
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[kafka_jvm.KafkaBroker]:
+    """One real Apache Kafka broker (KRaft, loopback) for the worker's session, stopped by PID.
+
+    Its jars come from ``make jars`` (``make test`` fetches them). Without
+    confluent-kafka, Java or the jars the Kafka specs skip saying so, and fail
+    under CI, which has them all.
+    """
+
+    def missing(why: str) -> None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI runs the Kafka specs")
+        pytest.skip(why)
+
+    if importlib.util.find_spec("confluent_kafka") is None:
+        missing("no confluent_kafka (pip install 'spark-elastic[kafka]')")
+    try:
+        kafka_jvm.java()
+        kafka_jvm.kafka_jars()
+    except kafka_jvm.KafkaJvmError as why:
+        missing(str(why))
+    with kafka_jvm.running_kafka() as broker:
+        yield broker

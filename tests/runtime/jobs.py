@@ -199,6 +199,31 @@ class JobStarter:
         for job in self.started:
             job.cleanup()
 
+    def diagnosis(self, lines: int = 25) -> str:
+        """What a failed spec's jobs did: the coordinator's events and each log's last lines.
+
+        Read from the files (the store with SQLite, read-only; the logs), so it
+        works on a coordinator that is gone. Added to the failure report by
+        ``tests/conftest.py``: CI shows the report and keeps nothing else.
+        """
+        import sqlite3
+
+        parts = []
+        for store in sorted(self.clicks.glob("*.db")):
+            with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+                events = db.execute("SELECT at, kind, container, detail FROM events ORDER BY id")
+                parts.append(f"--- events of {store.name}")
+                parts += [
+                    f"{time.strftime('%H:%M:%S', time.gmtime(at))} {kind} {container} {detail}"
+                    for at, kind, container, detail in events
+                ]
+        logs = sorted(self.clicks.glob("coordinator-*.log"))
+        logs += sorted((self.clicks / "checkpoints" / "logs").glob("*.log"))
+        for log in logs:
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            parts += [f"--- last lines of {log.name}", *tail]
+        return "\n".join(parts)
+
 
 def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
     return lambda: len({(u, o, p) for u, _, p, o in job.output_rows()}) >= total
