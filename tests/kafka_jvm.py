@@ -257,6 +257,32 @@ def _reaped(pid: int) -> bool:
     return done == pid
 
 
+def create_topics(bootstrap: str, partitions: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Create ``{topic: partition count}`` on the broker at ``bootstrap`` (replication 1).
+
+    Returns once the broker's metadata lists every partition: the controller
+    answers CreateTopics first, and for a moment after it the broker still
+    says the topic does not exist.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [NewTopic(topic, count, 1) for topic, count in partitions.items()]
+    for future in admin.create_topics(topics, request_timeout=timeout_s).values():
+        future.result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = admin.list_topics(timeout=timeout_s).topics
+        if all(
+            topic in listed and len(listed[topic].partitions) == count
+            for topic, count in partitions.items()
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise KafkaJvmError(f"topics {sorted(partitions)} not listed within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
 def rss_mib(pid: int) -> float:
     """The resident set size of a process, in MiB (Linux)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -227,6 +228,9 @@ class KafkaInput:
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's end offset (the next offset to be written), asked of the brokers.
 
+        A partition whose leader does not serve it yet (just after growth or a
+        leader election) is asked again every 0.1 s until :attr:`timeout_s`.
+
         Parameters
         ----------
         topic
@@ -240,7 +244,8 @@ class KafkaInput:
         Raises
         ------
         InputError
-            The topic does not exist, or no broker answered within :attr:`timeout_s`.
+            The topic does not exist, or no broker answered (or no leader served a
+            partition) within :attr:`timeout_s`.
         """
         from confluent_kafka import TopicPartition
 
@@ -249,14 +254,28 @@ class KafkaInput:
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
         admin = self._admin()
-        count = len(self._describe(admin, (topic,))[topic].partitions)
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        futures = admin.list_offsets(
-            {TopicPartition(topic, p): latest for p in range(count)},
-            request_timeout=self.timeout_s,
-        )
-        ends = {tp.partition: self._result(future, topic).offset for tp, future in futures.items()}
-        return dict(sorted(ends.items()))
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            count = len(self._describe(admin, (topic,))[topic].partitions)
+            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            futures = admin.list_offsets(
+                {TopicPartition(topic, p): latest for p in range(count)},
+                request_timeout=self.timeout_s,
+            )
+            try:
+                ends = {
+                    tp.partition: self._result(future, topic, retry=True).offset
+                    for tp, future in futures.items()
+                }
+            except _LeaderMovingError as moving:
+                # Right after growth (or a leader election) the metadata lists a partition
+                # its leader does not serve yet: on a KRaft broker, for about 0.1 s in
+                # about one growth in three. Asked again, it answers.
+                if time.monotonic() + _LEADER_RETRY_S >= deadline:
+                    raise self._unreachable(moving.reason) from None
+                time.sleep(_LEADER_RETRY_S)
+                continue
+            return dict(sorted(ends.items()))
 
     def _admin(self) -> Any:
         # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
@@ -279,8 +298,12 @@ class KafkaInput:
         futures = admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
         return {topic: self._result(futures[topic], topic) for topic in names}
 
-    def _result(self, future: Any, topic: str) -> Any:
-        """A request's answer, or its failure as one line."""
+    def _result(self, future: Any, topic: str, retry: bool = False) -> Any:
+        """A request's answer, or its failure as one line.
+
+        With ``retry``, a partition whose leader does not serve it yet raises
+        :class:`_LeaderMovingError` instead, for the caller to ask again.
+        """
         from confluent_kafka import KafkaError, KafkaException
 
         try:
@@ -288,6 +311,8 @@ class KafkaInput:
             return future.result(timeout=self.timeout_s + 5)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if retry and error is not None and error.code() in _LEADER_MOVING:
+                raise _LeaderMovingError(error.str()) from None
             if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise InputError(
                     f"KafkaInput.topics: expected existing topics, found no topic {topic!r} "
@@ -382,6 +407,19 @@ class JobInput(Protocol):
         self, spark: SparkSession, partitions: Mapping[str, Sequence[int]]
     ) -> DataStreamReader:
         """A streaming reader of ``partitions``, ready to ``load()``."""
+
+
+_LEADER_RETRY_S = 0.1
+# librdkafka's codes (confluent_kafka.KafkaError), not imported: the module loads no client.
+_LEADER_MOVING = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION
+
+
+class _LeaderMovingError(Exception):
+    """A partition's leader does not serve it yet; asking again soon gets an answer."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _topics(owner: str, value: object) -> tuple[str, ...]:

