@@ -46,7 +46,7 @@ os.environ["SPARK_CONF_DIR"] = str(_SPARK_CONF_DIR)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the four files of end-to-end specs (real containers) first, longest first.
+    """Run the five files of end-to-end specs (real containers) first, longest first.
 
     ``make test`` deals whole files to two workers in this order: the longest
     start at once, on different workers, and the short files fill in around
@@ -57,6 +57,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         "test_job_run_stateless.py",
         "test_job_operable.py",
         "test_job_autoscale.py",
+        "test_job_run_kafka.py",
     )
 
     def rank(item: pytest.Item) -> int:

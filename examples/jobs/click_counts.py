@@ -5,7 +5,10 @@ each virtual task's keyed state, and writes ``(user, count, partition,
 offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 (default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
 from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
-``CLICKS_FACTOR`` (default 4)::
+``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
+``host:port`` it reads the ``clicks`` topic there instead (containers then
+need Spark's Kafka connector: ``--conf spark.jars=...``, see
+docs/running-a-job.md)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
     spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
@@ -21,9 +24,11 @@ import os
 
 import pandas as pd
 
-from spark_elastic import Job, LogInput, ParquetSink, TaskProcessor, TaskState
+from spark_elastic import Job, KafkaInput, LogInput, ParquetSink, TaskProcessor, TaskState
 
 ROOT = os.environ.get("CLICKS_ROOT", "/tmp/spark-elastic-clicks")
+BATCH = int(os.environ.get("CLICKS_BATCH", "2000"))
+KAFKA = os.environ.get("CLICKS_KAFKA")
 
 
 class ClickCount(TaskProcessor):
@@ -50,10 +55,10 @@ class ClickCount(TaskProcessor):
 
 job = Job(
     name="clicks",
-    input=LogInput(
-        f"{ROOT}/log",
-        ("clicks",),
-        max_records_per_batch=int(os.environ.get("CLICKS_BATCH", "2000")),
+    input=(
+        KafkaInput(KAFKA, ("clicks",), max_records_per_batch=BATCH)
+        if KAFKA
+        else LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=BATCH)
     ),
     elasticity_factor=int(os.environ.get("CLICKS_FACTOR", "4")),
     checkpoint_root=f"{ROOT}/checkpoints",

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,6 +229,11 @@ def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
     return lambda: len({(u, o, p) for u, _, p, o in job.output_rows()}) >= total
 
 
+def writes_by(out: Path, container_id: str) -> list[float]:
+    """Modification times of the files a container wrote to the sink."""
+    return [p.stat().st_mtime for p in out.glob(f"container={container_id}/**/*") if p.is_file()]
+
+
 def published_batches(out: Path, container_id: str) -> set[str]:
     return {
         str(p.parent) for p in out.glob(f"container={container_id}/generation=*/batch=*/_SUCCESS")
@@ -238,11 +243,9 @@ def published_batches(out: Path, container_id: str) -> set[str]:
 def counts_in_key_order(
     spark: SparkSession, root: Path, planned: int
 ) -> set[tuple[str, int, int, int]]:
-    """The click-count rows of a job that kept each key's order across growth.
+    """The click-count rows of a job that kept each key's order across growth, on the log.
 
-    A key's records in its old partition (below ``planned``) come first, then
-    those in its new partition, each in offset order; its running count at a
-    record is the record's place in that sequence.
+    See :func:`key_ordered_counts`; the records are the embedded log's under ``root``.
     """
     from spark_elastic import LOG_SOURCE_FORMAT
     from spark_elastic.log.source import register_log_source
@@ -256,11 +259,21 @@ def counts_in_key_order(
         .select("key", "partition", "offset")
         .collect()
     )
+    return key_ordered_counts(((r.key, r.partition, r.offset) for r in records), planned)
+
+
+def key_ordered_counts(
+    records: Iterable[tuple[bytes, int, int]], planned: int
+) -> set[tuple[str, int, int, int]]:
+    """The click-count rows of a single key-ordered pass over ``(key, partition, offset)``.
+
+    A key's records in its old partition (below ``planned``) come first, then
+    those in its new partition, each in offset order; its running count at a
+    record is the record's place in that sequence.
+    """
     by_key: dict[str, list[tuple[bool, int, int]]] = {}
-    for r in records:
-        by_key.setdefault(r.key.decode(), []).append(
-            (r.partition >= planned, r.offset, r.partition)
-        )
+    for key, partition, offset in records:
+        by_key.setdefault(key.decode(), []).append((partition >= planned, offset, partition))
     return {
         (user, count, partition, offset)
         for user, seq in by_key.items()

@@ -30,6 +30,7 @@ from jobs import (
     produce,
     published_batches,
     wait_until,
+    writes_by,
 )
 from pyspark.sql import SparkSession
 from standins import alive
@@ -37,11 +38,6 @@ from standins import alive
 from spark_elastic import EmbeddedLog
 
 pytestmark = pytest.mark.slow
-
-
-def writes_by(out: Path, container_id: str) -> list[float]:
-    """Modification times of the files a container wrote to the sink."""
-    return [p.stat().st_mtime for p in out.glob(f"container={container_id}/**/*") if p.is_file()]
 
 
 def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_live(

@@ -184,11 +184,11 @@ def test_sparks_kafka_source_reads_every_record_with_available_now(
         jars = kafka_jvm.spark_kafka_jars()
     except kafka_jvm.KafkaJvmError as missing:
         pytest.skip(str(missing))
-    create_topic(kafka, "clicks", 4)
+    create_topic(kafka, "spark-read", 4)
     keys = [f"user-{i}" for i in range(150)]
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
     for key in keys:
-        producer.produce("clicks", key=key.encode(), value=b"v")
+        producer.produce("spark-read", key=key.encode(), value=b"v")
     assert producer.flush(TIMEOUT) == 0
 
     result = subprocess.run(
@@ -197,7 +197,7 @@ def test_sparks_kafka_source_reads_every_record_with_available_now(
             "-c",
             _READ_WITH_SPARK,
             kafka.bootstrap,
-            "clicks",
+            "spark-read",
             "4",
             ",".join(jars),
             str(tmp_path / "checkpoint"),

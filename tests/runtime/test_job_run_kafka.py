@@ -1,0 +1,170 @@
+"""A stateful job on a real Apache Kafka broker: failover, growth and a live scale, end to end.
+
+The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``)
+reads the ``clicks`` topic of the session's broker (the ``kafka`` fixture:
+Kafka 4, KRaft, on 127.0.0.1) through Spark's own Kafka source, its
+containers given the connector's jars (``--conf spark.jars=...``). Records
+are produced with librdkafka's ``murmur2_random`` partitioner, which is
+Java's. As on the embedded log (``test_job_run.py``), the sink's rows are
+compared at the end with a single key-ordered pass over what the broker
+holds: nothing lost, nothing applied twice, each key's records in order.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import kafka_jvm
+import pytest
+from cli_runner import run_cli
+from jobs import (
+    RECORDS,
+    USERS,
+    RunningJob,
+    all_applied,
+    key_ordered_counts,
+    wait_until,
+    writes_by,
+)
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "clicks"  # the example job's topic; no other spec of the session's broker uses it
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> Path:
+    """The job's files (checkpoints, sink, store); its input is the broker's topic."""
+    return tmp_path
+
+
+def produce(bootstrap: str, start: int, count: int) -> None:
+    """Clicks ``start .. start+count-1`` with the embedded log specs' keys and values."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for i in range(start, start + count):
+        producer.produce(TOPIC, key=f"user-{(i * 7919) % USERS}".encode(), value=f"click-{i}")
+    assert producer.flush(TIMEOUT) == 0
+
+
+def grow(bootstrap: str, partitions: int) -> None:
+    """Add partitions with Kafka's CreatePartitions; returns once the metadata lists them."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(TOPIC, partitions)]).values():
+        future.result(timeout=TIMEOUT)
+    wait_until(
+        f"{partitions} partitions listed",
+        lambda: (
+            len(admin.list_topics(TOPIC, timeout=TIMEOUT).topics[TOPIC].partitions) == partitions
+        ),
+    )
+
+
+def records_on(bootstrap: str, count: int) -> list[tuple[bytes, int, int]]:
+    """``(key, partition, offset)`` of the topic's ``count`` records, read back from the broker."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(TOPIC, timeout=TIMEOUT).topics[TOPIC].partitions
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "spec-reads", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in partitions])
+    found: dict[tuple[int, int], bytes] = {}
+
+    def read() -> bool:
+        for message in consumer.consume(num_messages=count, timeout=0.5):
+            if message.error() is None:
+                found[message.partition(), message.offset()] = message.key()
+        return len(found) >= count
+
+    try:
+        wait_until(f"{count} records read back from the broker", read)
+    finally:
+        consumer.close()
+    return [(key, partition, offset) for (partition, offset), key in found.items()]
+
+
+def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
+    kafka: kafka_jvm.KafkaBroker,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    try:
+        jars = kafka_jvm.spark_kafka_jars()
+    except kafka_jvm.KafkaJvmError as missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing}: CI runs the Kafka specs")
+        pytest.skip(str(missing))
+    kafka_jvm.create_topics(kafka.bootstrap, {TOPIC: 4})
+    produce(kafka.bootstrap, 0, RECORDS)
+    total = RECORDS
+    monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
+    monkeypatch.setenv("CLICKS_FACTOR", "2")  # 4 partitions x 2: 8 tasks
+    options = ("--partition-check-ms", "500", "--conf", f"spark.jars={','.join(jars)}")
+    job = start_job(2, None, 0, *options)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+    wait_until("every record applied", all_applied(job, total), timeout=240)
+
+    # A container killed outright: its tasks go on from its last Kafka offsets checkpointed.
+    victim, victim_pid = sorted(running.items())[0]
+    wait_until("a first batch written", lambda: writes_by(clicks / "out", victim))
+    os.kill(victim_pid, signal.SIGKILL)
+    produce(kafka.bootstrap, total, 2000)
+    total += 2000
+    wait_until(
+        "a new container forked from the killed one's checkpoint",
+        lambda: any(
+            victim in source for c in job.job_model()["containers"] for source in c["sources"]
+        ),
+    )
+    wait_until("every record applied", all_applied(job, total), timeout=240)
+
+    # The topic grows 4 -> 8 through CreatePartitions, with a backlog in the old partitions:
+    # the old partitions drain to what they held before anything in the new ones is read.
+    produce(kafka.bootstrap, total, 4000)
+    grow(kafka.bootstrap, 8)
+    produce(kafka.bootstrap, total + 4000, 2000)
+    total += 6000
+    wait_until(
+        "the job model grown to 8 partitions",
+        lambda: job.job_model()["partitions"] == {TOPIC: 8},
+        timeout=240,
+    )
+    wait_until("every record applied", all_applied(job, total), timeout=240)
+
+    # 2 -> 3 containers while records arrive: the new owners warm up first (snapshots: Spark's
+    # Kafka source has no gate to replay behind) and keyed state moves with its tasks.
+    before = {c["containerId"] for c in job.job_model()["containers"]}
+    scaled = run_cli("job", "scale", job.url, "--containers", "3")
+    assert scaled.returncode == 0, scaled.stderr
+    produce(kafka.bootstrap, total, 1000)
+    total += 1000
+    after = wait_until(
+        "3 containers",
+        lambda: (m := job.job_model())["warmups"] == [] and len(m["containers"]) == 3 and m,
+        timeout=300,
+    )
+    warmed = {c["containerId"] for c in after["containers"]} - before
+    job.status()  # records the new containers' pids for cleanup
+    produce(kafka.bootstrap, total, 1000)
+    total += 1000
+    wait_until("every record applied", all_applied(job, total), timeout=240)
+
+    expected = key_ordered_counts(records_on(kafka.bootstrap, total), planned=4)
+    assert len(expected) == total
+    assert job.output_rows() == expected
+    ways = job.takeovers()
+    assert {ways.get(c) for c in warmed} == {"snapshot"}, ways
