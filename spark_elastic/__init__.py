@@ -62,6 +62,7 @@ from spark_elastic.runtime.job import (
     Sink,
     load_job,
 )
+from spark_elastic.runtime.sinks import KafkaSink
 from spark_elastic.state.processor import TaskProcessor, TaskState, with_task_state
 from spark_elastic.state.rescale import RescaleResult, rescale, starting_offsets
 from spark_elastic.state.show import (
@@ -101,6 +102,7 @@ __all__ = [
     "BatchContext",
     "Job",
     "KafkaInput",
+    "KafkaSink",
     "LogInput",
     "ParquetSink",
     "Sink",

@@ -28,6 +28,7 @@ __all__ = [
     "PartitionExpansionError",
     "PlanError",
     "ProtocolError",
+    "SinkError",
     "SparkElasticError",
     "StoreFencedError",
     "StoreOwnedError",
@@ -120,6 +121,10 @@ class JobDefinitionError(SparkElasticError):
 
 class ProtocolError(SparkElasticError, ValueError):
     """A coordinator or container message is malformed (wrong JSON shape, unknown id)."""
+
+
+class SinkError(SparkElasticError):
+    """A sink could not publish a micro-batch: its target refused the output (one line)."""
 
 
 class FencedError(SparkElasticError, RuntimeError):

@@ -189,15 +189,7 @@ class KafkaInput:
         object.__setattr__(self, "bootstrap_servers", _bootstrap_servers(self.bootstrap_servers))
         object.__setattr__(self, "topics", _topics("KafkaInput", self.topics))
         _check_batch_limit("KafkaInput", self.max_records_per_batch)
-        timeout = self.timeout_s
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout < float("inf")
-        ):
-            raise ArgumentError.invalid(
-                "KafkaInput.timeout_s", "a positive number of seconds", timeout
-            )
+        _check_timeout("KafkaInput.timeout_s", self.timeout_s)
         for name in ("kafka_options", "admin_options"):
             object.__setattr__(
                 self, name, _client_options(f"KafkaInput.{name}", getattr(self, name))
@@ -436,13 +428,22 @@ def _check_batch_limit(owner: str, limit: object) -> None:
         )
 
 
-def _bootstrap_servers(value: object) -> str:
+def _bootstrap_servers(value: object, owner: str = "KafkaInput") -> str:
     servers = value.split(",") if isinstance(value, str) else None
     if servers is None or not all(_is_host_port(s.strip()) for s in servers):
         raise ArgumentError.invalid(
-            "KafkaInput.bootstrap_servers", "'host:port[,host:port...]'", value
+            f"{owner}.bootstrap_servers", "'host:port[,host:port...]'", value
         )
     return ",".join(s.strip() for s in servers)
+
+
+def _check_timeout(name: str, timeout: object) -> None:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < float("inf")
+    ):
+        raise ArgumentError.invalid(name, "a positive number of seconds", timeout)
 
 
 def _is_host_port(text: str) -> bool:
@@ -457,7 +458,9 @@ def _client_options(name: str, value: object) -> dict[str, str]:
         raise ArgumentTypeError.wrong_type(name, "a mapping of str to str", value)
     if "bootstrap.servers" in value:
         raise ArgumentError.invalid(
-            name, "no 'bootstrap.servers' (KafkaInput.bootstrap_servers sets it)", dict(value)
+            name,
+            f"no 'bootstrap.servers' ({name.split('.')[0]}.bootstrap_servers sets it)",
+            dict(value),
         )
     return dict(value)
 

@@ -1,0 +1,184 @@
+"""KafkaSink: a micro-batch's rows published to a real Kafka broker in one fenced transaction.
+
+Real Spark (the suite's session) builds each batch; the broker is the
+session's (the ``kafka`` fixture: Kafka 4 in KRaft mode on 127.0.0.1), so
+each spec writes a topic of its own. What consumers see is read back with
+``isolation.level=read_committed``, as a downstream job would read it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import kafka_jvm
+import pytest
+from pyspark.sql import SparkSession
+from standins import wait_until
+
+import udfs
+from spark_elastic import BatchContext, KafkaSink
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, FencedError, SinkError
+
+TIMEOUT = 30.0
+
+
+def context(batch_id: int, fence: Callable[[], None] = lambda: None) -> BatchContext:
+    return BatchContext(batch_id=batch_id, container_id="sink-c1", generation=1, fence=fence)
+
+
+def read_back(
+    bootstrap: str, topic: str, count: int, isolation: str = "read_committed"
+) -> list[tuple[bytes | None, bytes | None, int]]:
+    """``(key, value, partition)`` of the first ``count`` records a consumer of ``topic`` sees."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{topic}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    seen: list[tuple[bytes | None, bytes | None, int]] = []
+
+    def read() -> bool:
+        for message in consumer.consume(num_messages=count, timeout=0.5):
+            if message.error() is None:
+                seen.append((message.key(), message.value(), message.partition()))
+        return len(seen) >= count
+
+    try:
+        wait_until(f"{count} records of {topic!r} read back", read)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_a_batch_is_one_transaction_of_json_rows_keyed_and_partitioned_as_java_does(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-json": 4})
+    rows = [(f"user-{i}", i, 1.5 * i) for i in range(60)]
+    batch = spark.createDataFrame(rows, "user string, clicks long, score double")
+    KafkaSink(kafka.bootstrap, "sink-json", key="user").write(batch, context(0))
+
+    seen = read_back(kafka.bootstrap, "sink-json", len(rows))
+    assert sorted((k.decode(), json.loads(v)) for k, v, _ in seen if k and v) == sorted(
+        (user, {"user": user, "clicks": clicks, "score": score}) for user, clicks, score in rows
+    )
+    keys = [k.decode() for k, _, _ in seen if k]
+    assert [p for _, _, p in seen] == udfs.kafka_partitions(keys, 4).tolist()
+
+
+def test_a_value_column_is_the_value_as_it_is_and_a_null_one_a_tombstone(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-values": 1})
+    batch = spark.createDataFrame([("a", b"\x00raw"), ("b", None)], "id string, value binary")
+    KafkaSink(kafka.bootstrap, "sink-values", key="id").write(batch, context(0))
+    assert sorted(read_back(kafka.bootstrap, "sink-values", 2)) == [
+        (b"a", b"\x00raw", 0),
+        (b"b", None, 0),
+    ]
+
+
+def test_a_batch_whose_fence_closes_publishes_nothing_and_the_next_one_publishes(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-fenced": 2})
+    sink = KafkaSink(kafka.bootstrap, "sink-fenced", key="user")
+    first = spark.createDataFrame([(f"zombie-{i}",) for i in range(10)], "user string")
+
+    def closed() -> None:
+        raise FencedError("lease expired 1.0 s ago")
+
+    with pytest.raises(FencedError):
+        sink.write(first, context(0, closed))
+    second = spark.createDataFrame([(f"owner-{i}",) for i in range(10)], "user string")
+    sink.write(second, context(1))
+
+    # The fenced batch reached the broker (the fence sits between produce and commit) and
+    # was aborted: only an uncommitted read sees it; a committed read sees the next batch.
+    uncommitted = read_back(kafka.bootstrap, "sink-fenced", 20, "read_uncommitted")
+    assert {k.decode().split("-")[0] for k, _, _ in uncommitted if k} == {"zombie", "owner"}
+    committed = read_back(kafka.bootstrap, "sink-fenced", 10)
+    assert sorted(k.decode() for k, _, _ in committed if k) == sorted(
+        f"owner-{i}" for i in range(10)
+    )
+
+
+def test_a_missing_key_column_is_one_line_and_nothing_is_published(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-nokey": 1})
+    batch = spark.createDataFrame([("a", 1)], "user string, clicks long")
+    with pytest.raises(SinkError) as caught:
+        KafkaSink(kafka.bootstrap, "sink-nokey", key="id").write(batch, context(0))
+    assert str(caught.value) == (
+        "KafkaSink.key: expected a column of the job's output, found 'id' not among "
+        "['user', 'clicks']"
+    )
+
+
+def test_no_broker_is_one_line_naming_the_servers(spark: SparkSession) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    batch = spark.createDataFrame([("a",)], "user string")
+    with pytest.raises(SinkError) as caught:
+        KafkaSink(address, "out", timeout_s=2).write(batch, context(0))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "KafkaSink.bootstrap_servers: expected a Kafka broker that starts a transaction "
+        f"within 2 s, found none at {address} ("
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"bootstrap_servers": "localhost"},
+            ArgumentError,
+            "KafkaSink.bootstrap_servers: expected 'host:port[,host:port...]', found 'localhost'",
+        ),
+        ({"topic": ""}, ArgumentError, "KafkaSink.topic: expected a topic name, found ''"),
+        (
+            {"topic": 3},
+            ArgumentTypeError,
+            "KafkaSink.topic: expected a topic name, found int 3",
+        ),
+        (
+            {"key": 1},
+            ArgumentTypeError,
+            "KafkaSink.key: expected a column name or None, found int 1",
+        ),
+        (
+            {"kafka_options": {"transactional.id": "x"}},
+            ArgumentError,
+            "KafkaSink.kafka_options: expected no 'transactional.id' (each container sets "
+            "its own), found {'transactional.id': 'x'}",
+        ),
+        (
+            {"timeout_s": 0},
+            ArgumentError,
+            "KafkaSink.timeout_s: expected a positive number of seconds, found 0",
+        ),
+    ],
+)
+def test_bad_arguments_are_one_line_naming_them(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    arguments: dict[str, object] = {"bootstrap_servers": "127.0.0.1:9092", "topic": "out"}
+    with pytest.raises(error) as caught:
+        KafkaSink(**{**arguments, **kwargs})  # type: ignore[arg-type]
+    assert str(caught.value) == message
