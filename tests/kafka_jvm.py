@@ -283,6 +283,38 @@ def create_topics(bootstrap: str, partitions: dict[str, int], timeout_s: float =
         time.sleep(0.05)
 
 
+def describe_group(bootstrap: str, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """Kafka's own ``kafka-consumer-groups --describe``: ``{(topic, partition): (offset, end)}``.
+
+    Runs ``ConsumerGroupCommand`` from the broker's jars, as an operator would;
+    a partition the group has no offset for is left out.
+    """
+    result = subprocess.run(
+        [
+            java(),
+            "-Xmx128m",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            str(kafka_jars() / "*"),
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            *("--bootstrap-server", bootstrap, "--describe", "--group", group),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise KafkaJvmError(f"kafka-consumer-groups failed: {result.stderr.strip()[-300:]}")
+    rows = {}
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
+        if len(fields) >= 6 and fields[0] == group and fields[2].isdigit() and fields[3].isdigit():
+            rows[fields[1], int(fields[2])] = (int(fields[3]), int(fields[4]))
+    return rows
+
+
 def rss_mib(pid: int) -> float:
     """The resident set size of a process, in MiB (Linux)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

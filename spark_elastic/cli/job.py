@@ -309,6 +309,13 @@ class _InputWatch:
     def end_offsets(self, topic: str) -> Mapping[int, int]:
         return self.input.end_offsets(topic)
 
+    @property
+    def group_view(self) -> bool:
+        return hasattr(self.input, "commit_group_offsets")
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        self.input.commit_group_offsets(group, offsets)  # type: ignore[attr-defined]
+
 
 def _run(args: argparse.Namespace) -> int:
     from spark_elastic.runtime.coordinator.launcher import LocalLauncher

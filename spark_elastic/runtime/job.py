@@ -269,6 +269,45 @@ class KafkaInput:
                 continue
             return dict(sorted(ends.items()))
 
+    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """Commit ``{topic: {partition: next offset}}`` as consumer group ``group``'s offsets.
+
+        The coordinator shows a job's progress this way, so that Kafka's own
+        tools (``kafka-consumer-groups --describe --group <job name>``) show
+        its lag; the job reads from its checkpoints, never from the group.
+        No member ever joins the group, so the broker accepts the commits.
+
+        Raises
+        ------
+        InputError
+            The brokers refused the commit or did not answer within :attr:`timeout_s`.
+        """
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        partitions = [
+            TopicPartition(topic, partition, offset)
+            for topic, by_partition in offsets.items()
+            for partition, offset in sorted(by_partition.items())
+        ]
+        admin = self._admin()
+        futures = admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=self.timeout_s
+        )
+        for future in futures.values():
+            try:
+                answer = future.result(timeout=self.timeout_s + 5)
+            except Exception as exc:
+                raise InputError(
+                    f"KafkaInput: consumer group {group!r} refused offsets on "
+                    f"{self.bootstrap_servers}: {exc}"
+                ) from None
+            refused = [tp for tp in answer.topic_partitions if tp.error is not None]
+            if refused:
+                raise InputError(
+                    f"KafkaInput: consumer group {group!r} refused offsets of "
+                    f"{refused[0].topic}/{refused[0].partition}: {refused[0].error}"
+                )
+
     def _admin(self) -> Any:
         # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
         # until a Kafka job is planned.

@@ -1,4 +1,4 @@
-"""A stateful job on a real Apache Kafka broker: failover, growth and a live scale, end to end.
+"""A stateful job on a real Apache Kafka broker: failover, growth, a live scale, its group lag.
 
 The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``)
 reads the ``clicks`` topic of the session's broker (the ``kafka`` fixture:
@@ -29,6 +29,8 @@ from jobs import (
     wait_until,
     writes_by,
 )
+
+from spark_elastic import KafkaInput
 
 pytestmark = pytest.mark.slow
 
@@ -162,6 +164,23 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     produce(kafka.bootstrap, total, 1000)
     total += 1000
     wait_until("every record applied", all_applied(job, total), timeout=240)
+
+    # Kafka's own tools show the job's lag: its consumer group (named for the job) holds,
+    # for every partition, where every task reading it has got to: the end, by now.
+    ends = {
+        (TOPIC, p): o for p, o in KafkaInput(kafka.bootstrap, (TOPIC,)).end_offsets(TOPIC).items()
+    }
+    wait_until(
+        "the job's consumer group at the end of every partition",
+        lambda: (
+            {
+                k: offset
+                for k, (offset, _) in kafka_jvm.describe_group(kafka.bootstrap, "clicks").items()
+            }
+            == ends
+        ),
+        timeout=60,
+    )
 
     expected = key_ordered_counts(records_on(kafka.bootstrap, total), planned=4)
     assert len(expected) == total

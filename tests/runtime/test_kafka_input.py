@@ -211,3 +211,30 @@ def test_importing_the_package_loads_no_kafka_client() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "False"
+
+
+def test_the_kafka_example_creates_its_topic_once_and_produces_keyed_clicks(
+    kafka: kafka_jvm.KafkaBroker,
+) -> None:
+    script = Path(__file__).resolve().parents[2] / "examples" / "kafka_clicks.py"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, str(script), "--bootstrap", kafka.bootstrap, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+    first = run("--topic", "example-clicks", "--partitions", "3", "--records", "500")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == [
+        "created 'example-clicks' with 3 partitions",
+        f"produced 500 clicks to 'example-clicks' on {kafka.bootstrap}",
+    ]
+    again = run("--topic", "example-clicks", "--start", "500", "--records", "100")
+    assert again.stdout.splitlines() == [
+        f"produced 100 clicks to 'example-clicks' on {kafka.bootstrap}"
+    ]
+    source = KafkaInput(kafka.bootstrap, ("example-clicks",), timeout_s=TIMEOUT)
+    assert source.partition_counts() == {"example-clicks": 3}
+    assert sum(source.end_offsets("example-clicks").values()) == 600
+    wrong = run("--partitions", "0")
+    assert wrong.returncode == 2
+    assert wrong.stderr.splitlines()[-1].endswith("found 0, 20000, 0")

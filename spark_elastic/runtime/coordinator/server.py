@@ -302,6 +302,7 @@ class CoordinatorServer:
         """0 once stopped as asked; 1 when its loop failed (the traceback is on stderr)."""
         self.failure: str | None = None
         """Why the loop failed, in one line, or None."""
+        self._group_failure = ""
         self._failed_with: BaseException | None = None
         self._leave_running = False
 
@@ -464,6 +465,9 @@ class CoordinatorServer:
                 self._count_into_metrics(seen)
                 if self.supervisor.partition_check_due():
                     await self._check_partitions()
+                offsets = self.supervisor.group_offsets_due()
+                if offsets is not None:
+                    await self._show_group_offsets(offsets)
             except Exception as exc:
                 # A dead state machine must not go on answering heartbeats as if it were
                 # alive: the coordinator stops (its containers too) and exits non-zero.
@@ -502,6 +506,23 @@ class CoordinatorServer:
             return
         if self.supervisor.observe_partitions(counts, ends) == "growth":
             self.metrics.partition_growths.inc()
+
+    async def _show_group_offsets(self, offsets: dict[str, dict[int, int]]) -> None:
+        """Commit the job's progress to its consumer group (a view; the checkpoints rule)."""
+        watch = self.supervisor.watch
+        assert watch is not None  # noqa: S101 - group_offsets_due says so
+        group = self.supervisor.shape.name
+        try:
+            # Off the loop: an OffsetCommit may take the client's whole timeout.
+            await asyncio.to_thread(watch.commit_group_offsets, group, offsets)
+        except Exception as exc:  # a view must never stop the ticks; said once per cause
+            detail = f"consumer group {group!r} not updated: {type(exc).__name__}: {exc}"
+            if detail != self._group_failure:
+                self.supervisor.store.event("group", detail=detail)
+            self._group_failure = detail
+            return
+        self._group_failure = ""
+        self.supervisor.group_offsets_shown(offsets)
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
         """Serve until :meth:`request_stop` or a failure; then stop the containers and the server.

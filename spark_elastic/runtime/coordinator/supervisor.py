@@ -108,7 +108,15 @@ from spark_elastic.runtime.protocol import (
     Registration,
 )
 
-__all__ = ["JobShape", "PartitionWatch", "Supervisor", "input_lag", "status_json"]
+__all__ = [
+    "GROUP_COMMIT_S",
+    "JobShape",
+    "PartitionWatch",
+    "Supervisor",
+    "group_offsets",
+    "input_lag",
+    "status_json",
+]
 
 Clock = Callable[[], float]
 
@@ -116,6 +124,8 @@ HOLD_EVENTS_EVERY_S = 30.0
 """The autoscaler records a hold whose rule changed at most this often (actions always)."""
 RATE_HISTORY_S = 300.0
 """How far back progress reports are kept for processing rates (at least the rate window)."""
+GROUP_COMMIT_S = 5.0
+"""How often the job's consumer group may show new progress (a Kafka OffsetCommit each)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,15 @@ class PartitionWatch(Protocol):
 
     def end_offsets(self, topic: str) -> Mapping[int, int]:
         """``{partition: end offset}`` of ``topic`` now."""
+        ...
+
+    @property
+    def group_view(self) -> bool:
+        """Whether :meth:`commit_group_offsets` shows progress anywhere (Kafka: yes)."""
+        ...
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """Show ``{topic: {partition: next offset}}`` as consumer group ``group``'s commits."""
         ...
 
 
@@ -314,6 +333,9 @@ class Supervisor:
         self._next_check = clock() + partition_check_s
         self.partitions_seen: dict[str, int] = {}
         self.partitions_refused = ""
+        # The consumer group view of progress (Kafka's own lag tools): what was last shown.
+        self._group_shown: dict[str, dict[int, int]] = {}
+        self._next_group_commit = clock()
         # Predecessors a successor waits for: retired id -> when its lease was last renewed.
         self._retired: dict[str, float] = {}
         # Retired containers finishing their batch in flight: id -> until when (clock) their
@@ -824,6 +846,38 @@ class Supervisor:
             return False
         self._next_check = self.clock() + self.partition_check_s
         return True
+
+    def group_offsets_due(self) -> dict[str, dict[int, int]] | None:
+        """What the job's consumer group should show now, if it is due and has moved.
+
+        The checkpoints stay the truth; the group (named for the job) is a view
+        for Kafka's own tools (``kafka-consumer-groups --describe``). Asked each
+        tick by the server, which commits the offsets off the loop.
+
+        Returns
+        -------
+        dict or None
+            ``{topic: {partition: next offset}}`` (see :func:`group_offsets`),
+            or None: no view for this input, not due yet (every
+            :data:`GROUP_COMMIT_S`), or nothing moved since the last commit.
+        """
+        if self.watch is None or not getattr(self.watch, "group_view", False):
+            return None
+        if self.clock() < self._next_group_commit:
+            return None
+        self._next_group_commit = self.clock() + GROUP_COMMIT_S
+        offsets = group_offsets(
+            {
+                task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
+                for task, row in self.store.progress().items()
+            },
+            self._task_partitions(),
+        )
+        return offsets if offsets and offsets != self._group_shown else None
+
+    def group_offsets_shown(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """The server committed ``offsets`` to the job's group: only a move commits again."""
+        self._group_shown = {t: dict(ps) for t, ps in offsets.items()}
 
     def observe_partitions(
         self, counts: Mapping[str, int], ends: Mapping[str, Mapping[int, int]]
@@ -1997,6 +2051,42 @@ class Supervisor:
             "events": [e.__dict__ for e in self.store.events()],
             "counters": dict(self.counters),
         }
+
+
+def group_offsets(
+    committed: Mapping[str, Mapping[str, Mapping[int, int]]],
+    task_partitions: Mapping[str, Mapping[str, Sequence[int]]],
+) -> dict[str, dict[int, int]]:
+    """Each partition's offset for a consumer group: where every task reading it has got to.
+
+    Virtual tasks split a partition's keys, so several tasks (in several
+    containers) read one partition, each at its own pace; the group shows
+    the slowest, the offset below which every task has applied every record.
+
+    Parameters
+    ----------
+    committed
+        Each task's committed next offsets: ``{task: {topic: {partition: offset}}}``.
+    task_partitions
+        Each task's partitions as the job model plans them.
+
+    Returns
+    -------
+    dict
+        ``{topic: {partition: offset}}``; a partition some task reading it has
+        not committed yet is left out (the group shows nothing for it).
+    """
+    readers: dict[tuple[str, int], list[str]] = {}
+    for task, topics in task_partitions.items():
+        for topic, partitions in topics.items():
+            for partition in partitions:
+                readers.setdefault((topic, partition), []).append(task)
+    result: dict[str, dict[int, int]] = {}
+    for (topic, partition), tasks in sorted(readers.items()):
+        offsets = [committed.get(task, {}).get(topic, {}).get(partition) for task in tasks]
+        if all(offset is not None for offset in offsets):
+            result.setdefault(topic, {})[partition] = min(o for o in offsets if o is not None)
+    return result
 
 
 def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str]]) -> int | None:
