@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     from confluent_kafka import KafkaException, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     try:
