@@ -261,14 +261,8 @@ def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
     starter.cleanup()
 
 
-@pytest.fixture(scope="session")
-def kafka() -> Iterator[kafka_jvm.KafkaBroker]:
-    """One real Apache Kafka broker (KRaft, loopback) for the worker's session, stopped by PID.
-
-    Its jars come from ``make jars`` (``make test`` fetches them). Without
-    confluent-kafka, Java or the jars the Kafka specs skip saying so, and fail
-    under CI, which has them all.
-    """
+def _kafka_or_skip() -> None:
+    """Skip (fail under CI, which has them) without confluent-kafka, Java or the jars."""
 
     def missing(why: str) -> None:
         if os.environ.get("CI"):
@@ -282,5 +276,29 @@ def kafka() -> Iterator[kafka_jvm.KafkaBroker]:
         kafka_jvm.kafka_jars()
     except kafka_jvm.KafkaJvmError as why:
         missing(str(why))
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[kafka_jvm.KafkaBroker]:
+    """One real Apache Kafka broker (KRaft, loopback) for the worker's session, stopped by PID.
+
+    Its jars come from ``make jars`` (``make test`` fetches them). Without
+    confluent-kafka, Java or the jars the Kafka specs skip saying so, and fail
+    under CI, which has them all.
+    """
+
+    _kafka_or_skip()
     with kafka_jvm.running_kafka() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl() -> Iterator[kafka_jvm.KafkaBroker]:
+    """A second broker whose clients authenticate with SASL/PLAIN (user ``alice``).
+
+    Started only for the specs that ask for it; ``client_options`` holds
+    alice's settings, ``kafka_jvm.sasl_options`` builds others.
+    """
+    _kafka_or_skip()
+    with kafka_jvm.running_kafka(users={"alice": "alice-secret"}) as broker:
         yield broker

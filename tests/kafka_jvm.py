@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +62,8 @@ class KafkaBroker:
     log: Path
     started_in_s: float
     """From the first JVM (format) to the first topic listing answered."""
+    client_options: dict[str, str] = field(default_factory=dict)
+    """librdkafka settings a client needs (SASL for a broker with users); empty otherwise."""
 
 
 def java() -> str:
@@ -128,8 +130,18 @@ def cluster_id() -> str:
             return text
 
 
-def server_properties(workdir: Path, port: int, controller_port: int) -> str:
-    """A combined broker and controller, node 1, alone in its quorum, on 127.0.0.1."""
+def server_properties(
+    workdir: Path,
+    port: int,
+    controller_port: int,
+    users: dict[str, str] | None = None,
+    internal_port: int = 0,
+) -> str:
+    """A combined broker and controller, node 1, alone in its quorum, on 127.0.0.1.
+
+    With ``users`` (``{name: password}``), clients connect with SASL/PLAIN on
+    ``port`` and the broker talks to itself on ``internal_port`` in plain text.
+    """
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -155,6 +167,24 @@ def server_properties(workdir: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
     }
+    if users:
+        accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+        settings.update(
+            {
+                "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},"
+                f"INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
+                "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},"
+                f"INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
+                "inter.broker.listener.name": "INTERNAL",
+                "listener.security.protocol.map": (
+                    "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+                ),
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"
+                ),
+            }
+        )
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -205,11 +235,21 @@ def _format(workdir: Path, properties: Path) -> None:
         raise KafkaJvmError(f"kafka.tools.StorageTool format failed: {' '.join(tail)}")
 
 
-def _lists_topics(bootstrap: str) -> bool:
+def sasl_options(user: str, password: str) -> dict[str, str]:
+    """librdkafka's settings for a SASL/PLAIN client (``kafka_options``, ``admin_options``)."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def _lists_topics(bootstrap: str, options: dict[str, str]) -> bool:
     from confluent_kafka.admin import AdminClient
 
     # log_level 0: no "Connection refused" lines on stderr while the broker starts.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**options, "bootstrap.servers": bootstrap, "log_level": 0})
     try:
         admin.list_topics(timeout=1)
     except Exception:  # KafkaException: no broker yet
@@ -257,7 +297,12 @@ def _reaped(pid: int) -> bool:
     return done == pid
 
 
-def create_topics(bootstrap: str, partitions: dict[str, int], timeout_s: float = 30.0) -> None:
+def create_topics(
+    bootstrap: str,
+    partitions: dict[str, int],
+    timeout_s: float = 30.0,
+    options: dict[str, str] | None = None,
+) -> None:
     """Create ``{topic: partition count}`` on the broker at ``bootstrap`` (replication 1).
 
     Returns once the broker's metadata lists every partition: the controller
@@ -266,7 +311,7 @@ def create_topics(bootstrap: str, partitions: dict[str, int], timeout_s: float =
     """
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**(options or {}), "bootstrap.servers": bootstrap})
     topics = [NewTopic(topic, count, 1) for topic, count in partitions.items()]
     for future in admin.create_topics(topics, request_timeout=timeout_s).values():
         future.result(timeout=timeout_s)
@@ -324,7 +369,9 @@ def rss_mib(pid: int) -> float:
 
 
 @contextmanager
-def running_kafka(port: int = 0, timeout_s: float = START_TIMEOUT_S) -> Iterator[KafkaBroker]:
+def running_kafka(
+    port: int = 0, timeout_s: float = START_TIMEOUT_S, users: dict[str, str] | None = None
+) -> Iterator[KafkaBroker]:
     """Start a broker, yield it once it answers, stop it by PID and delete its files at exit.
 
     Parameters
@@ -333,6 +380,10 @@ def running_kafka(port: int = 0, timeout_s: float = START_TIMEOUT_S) -> Iterator
         The client port on 127.0.0.1; 0 picks a free one (and retries on a lost race).
     timeout_s
         The deadline of each attempt, from format to the first topic listing.
+    users
+        ``{name: password}``: clients authenticate with SASL/PLAIN (see
+        :func:`server_properties`); the broker's ``client_options`` are the
+        first user's.
 
     Raises
     ------
@@ -354,7 +405,10 @@ def running_kafka(port: int = 0, timeout_s: float = START_TIMEOUT_S) -> Iterator
             controller_port = free_port()
             bootstrap = f"127.0.0.1:{client_port}"
             properties = workdir / "server.properties"
-            properties.write_text(server_properties(workdir, client_port, controller_port))
+            properties.write_text(
+                server_properties(workdir, client_port, controller_port, users, free_port())
+            )
+            options = sasl_options(*next(iter(users.items()))) if users else {}
             (workdir / "log4j2.properties").write_text(_LOG4J2)
             log = workdir / "server.log"
             began = time.monotonic()
@@ -373,9 +427,9 @@ def running_kafka(port: int = 0, timeout_s: float = START_TIMEOUT_S) -> Iterator
                 )
             deadline = began + timeout_s
             while process.poll() is None and time.monotonic() < deadline:
-                if _lists_topics(bootstrap):
+                if _lists_topics(bootstrap, options):
                     yield KafkaBroker(
-                        bootstrap, process.pid, workdir, log, time.monotonic() - began
+                        bootstrap, process.pid, workdir, log, time.monotonic() - began, options
                     )
                     return
                 time.sleep(0.2)

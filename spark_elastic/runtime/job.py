@@ -256,7 +256,7 @@ class KafkaInput:
             )
             try:
                 ends = {
-                    tp.partition: self._result(future, topic, retry=True).offset
+                    tp.partition: self._result(admin, future, topic, retry=True).offset
                     for tp, future in futures.items()
                 }
             except _LeaderMovingError as moving:
@@ -264,7 +264,7 @@ class KafkaInput:
                 # its leader does not serve yet: on a KRaft broker, for about 0.1 s in
                 # about one growth in three. Asked again, it answers.
                 if time.monotonic() + _LEADER_RETRY_S >= deadline:
-                    raise self._unreachable(moving.reason) from None
+                    raise self._unreachable(admin, moving.reason) from None
                 time.sleep(_LEADER_RETRY_S)
                 continue
             return dict(sorted(ends.items()))
@@ -282,7 +282,7 @@ class KafkaInput:
         InputError
             The brokers refused the commit or did not answer within :attr:`timeout_s`.
         """
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 
         partitions = [
             TopicPartition(topic, partition, offset)
@@ -290,36 +290,64 @@ class KafkaInput:
             for partition, offset in sorted(by_partition.items())
         ]
         admin = self._admin()
-        futures = admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=self.timeout_s
-        )
-        for future in futures.values():
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            (future,) = admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=self.timeout_s
+            ).values()
             try:
                 answer = future.result(timeout=self.timeout_s + 5)
             except Exception as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else exc
+                refused = [(f"consumer group {group!r}", error)]
+            else:
+                refused = [
+                    (f"{tp.topic}/{tp.partition}", tp.error)
+                    for tp in answer.topic_partitions
+                    if tp.error is not None
+                ]
+            if not refused:
+                return
+            where, error = refused[0]
+            # The group's coordinator may be loading (the offsets topic's first use) or
+            # moving: those errors say to ask again.
+            retriable = all(
+                isinstance(e, KafkaError) and (e.retriable() or e.code() in _COORDINATOR_MOVING)
+                for _, e in refused
+            )
+            admin.poll(0)  # serves the error callbacks librdkafka has queued
+            if admin.spark_elastic_refused:
+                raise self._unreachable(admin, "")
+            if not retriable or time.monotonic() + _LEADER_RETRY_S >= deadline:
+                reason = error.str() if isinstance(error, KafkaError) else str(error)
                 raise InputError(
-                    f"KafkaInput: consumer group {group!r} refused offsets on "
-                    f"{self.bootstrap_servers}: {exc}"
-                ) from None
-            refused = [tp for tp in answer.topic_partitions if tp.error is not None]
-            if refused:
-                raise InputError(
-                    f"KafkaInput: consumer group {group!r} refused offsets of "
-                    f"{refused[0].topic}/{refused[0].partition}: {refused[0].error}"
+                    f"KafkaInput: consumer group {group!r} refused the offsets of {where} "
+                    f"on {self.bootstrap_servers}: {reason}"
                 )
+            time.sleep(_LEADER_RETRY_S)
 
     def _admin(self) -> Any:
         # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
         # until a Kafka job is planned.
         from confluent_kafka.admin import AdminClient
 
+        refused: list[str] = []
+
+        def on_error(error: Any) -> None:
+            # A refused login is only said here: the requests themselves just time out.
+            if error.code() in _AUTHENTICATION_FAILED:
+                refused.append(error.str())
+
         config: dict[str, Any] = {
             **self.admin_options,
             "bootstrap.servers": self.bootstrap_servers,
             # librdkafka would print connection failures to stderr; they go to logging.
             "logger": logging.getLogger("spark_elastic.kafka"),
+            "error_cb": on_error,
         }
-        return AdminClient(config)
+        admin = AdminClient(config)
+        admin.spark_elastic_refused = refused  # type: ignore[attr-defined]
+        return admin
 
     def _describe(self, admin: Any, topics: Sequence[str] | None = None) -> dict[str, Any]:
         """``{topic: TopicDescription}``, in order; never creates a topic."""
@@ -327,9 +355,9 @@ class KafkaInput:
 
         names = list(self.topics if topics is None else topics)
         futures = admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
-        return {topic: self._result(futures[topic], topic) for topic in names}
+        return {topic: self._result(admin, futures[topic], topic) for topic in names}
 
-    def _result(self, future: Any, topic: str, retry: bool = False) -> Any:
+    def _result(self, admin: Any, future: Any, topic: str, retry: bool = False) -> Any:
         """A request's answer, or its failure as one line.
 
         With ``retry``, a partition whose leader does not serve it yet raises
@@ -349,11 +377,19 @@ class KafkaInput:
                     f"KafkaInput.topics: expected existing topics, found no topic {topic!r} "
                     f"on {self.bootstrap_servers}"
                 ) from None
-            raise self._unreachable(error.str() if error is not None else str(exc)) from None
+            raise self._unreachable(admin, error.str() if error else str(exc)) from None
         except TimeoutError:
-            raise self._unreachable("no reply") from None
+            raise self._unreachable(admin, "no reply") from None
 
-    def _unreachable(self, reason: str) -> InputError:
+    def _unreachable(self, admin: Any, reason: str) -> InputError:
+        """No answer in time: a refused login if the client was told so, else no broker."""
+        admin.poll(0)  # serves the error callbacks librdkafka has queued
+        refused = getattr(admin, "spark_elastic_refused", [])
+        if refused:
+            return InputError(
+                f"KafkaInput.admin_options: expected credentials the brokers accept, found "
+                f"them refused at {self.bootstrap_servers} ({refused[-1]})"
+            )
         return InputError(
             f"KafkaInput.bootstrap_servers: expected a Kafka broker answering within "
             f"{self.timeout_s:g} s, found none at {self.bootstrap_servers} ({reason})"
@@ -443,6 +479,12 @@ class JobInput(Protocol):
 _LEADER_RETRY_S = 0.1
 # librdkafka's codes (confluent_kafka.KafkaError), not imported: the module loads no client.
 _LEADER_MOVING = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION
+# COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR: a group's coordinator
+# loading (the offsets topic's first use: about 0.5 s) or moving. librdkafka does not flag
+# them retriable on an offset commit's partitions, though asking again is the answer.
+_COORDINATOR_MOVING = frozenset({14, 15, 16})
+# librdkafka's _AUTHENTICATION and the broker's SASL_AUTHENTICATION_FAILED.
+_AUTHENTICATION_FAILED = frozenset({-169, 58})
 
 
 class _LeaderMovingError(Exception):

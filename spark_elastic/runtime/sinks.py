@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, FencedError, SinkError
 from spark_elastic.runtime.job import (
+    _AUTHENTICATION_FAILED,
     BatchContext,
     _bootstrap_servers,
     _check_timeout,
@@ -174,6 +175,13 @@ class KafkaSink:
             if producer is None:
                 from confluent_kafka import Producer
 
+                refused: list[str] = []
+
+                def on_error(error: Any) -> None:
+                    # A refused login is only said here: init_transactions just times out.
+                    if error.code() in _AUTHENTICATION_FAILED:
+                        refused.append(error.str())
+
                 producer = Producer(
                     {
                         **self.kafka_options,
@@ -182,11 +190,18 @@ class KafkaSink:
                         # Java's partitioner: keys land where the `spark` hash expects.
                         "partitioner": "murmur2_random",
                         "logger": logging.getLogger("spark_elastic.kafka"),
+                        "error_cb": on_error,
                     }
                 )
                 try:
                     producer.init_transactions(self.timeout_s)
                 except Exception as exc:
+                    producer.poll(0)  # serves the error callbacks librdkafka has queued
+                    if refused:
+                        raise SinkError(
+                            f"KafkaSink.kafka_options: expected credentials the brokers accept, "
+                            f"found them refused at {self.bootstrap_servers} ({refused[-1]})"
+                        ) from exc
                     raise SinkError(
                         f"KafkaSink.bootstrap_servers: expected a Kafka broker that starts a "
                         f"transaction within {self.timeout_s:g} s, found none at "

@@ -10,14 +10,12 @@ before a session starts, and the suite's shared session has none.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import kafka_jvm
 import pytest
+from kafka_reads import read_with_spark
 from standins import wait_until
 
 import udfs
@@ -140,40 +138,6 @@ def test_partitions_grow_from_4_to_8_and_keys_then_follow_the_new_count(
     assert sum(source.end_offsets("growing").values()) == len(keys)
 
 
-# Runs in a fresh interpreter; argv: the broker, the topic, its partition count, the
-# connector's jars and a checkpoint directory. Prints what the query read as JSON.
-_READ_WITH_SPARK = """
-import json, sys
-from jvm import TEST_JAVA_OPTIONS
-from spark_elastic import KafkaInput
-from spark_elastic.dataplane.session import local_session
-
-bootstrap, topic, partitions, jars, checkpoint = sys.argv[1:]
-spark = local_session("kafka-source-spec", conf={
-    "spark.jars": jars,
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
-})
-source = KafkaInput(bootstrap, topic, max_records_per_batch=40)
-rows = source.stream_reader(spark, {topic: list(range(int(partitions)))}).load()
-query = (
-    rows.selectExpr("CAST(key AS STRING) AS key", "partition", "offset")
-    .writeStream.format("memory").queryName("landed")
-    .option("checkpointLocation", checkpoint)
-    .trigger(availableNow=True)
-    .start()
-)
-query.awaitTermination(240)
-assert not query.isActive, "the availableNow query did not finish in 240 s"
-assert query.exception() is None, query.exception()
-landed = [tuple(r) for r in spark.sql("SELECT key, partition, offset FROM landed").collect()]
-batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
-print(json.dumps({"spark": spark.version, "rows": landed, "batches": batches}))
-spark.stop()
-"""
-
-
 @pytest.mark.slow
 def test_sparks_kafka_source_reads_every_record_with_available_now(
     kafka: kafka_jvm.KafkaBroker, tmp_path: Path
@@ -191,26 +155,9 @@ def test_sparks_kafka_source_reads_every_record_with_available_now(
         producer.produce("spark-read", key=key.encode(), value=b"v")
     assert producer.flush(TIMEOUT) == 0
 
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _READ_WITH_SPARK,
-            kafka.bootstrap,
-            "spark-read",
-            "4",
-            ",".join(jars),
-            str(tmp_path / "checkpoint"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    read = read_with_spark(
+        KafkaInput(kafka.bootstrap, ("spark-read",), max_records_per_batch=40), 4, jars, tmp_path
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    read = json.loads(result.stdout.strip().splitlines()[-1])
     rows = read["rows"]
     assert sorted(key for key, _, _ in rows) == sorted(keys)  # every record, once
     expected = dict(zip(keys, udfs.kafka_partitions(keys, 4).tolist(), strict=True))
