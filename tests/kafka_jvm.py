@@ -24,10 +24,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 JARS = ROOT / ".cache" / "jars"
@@ -58,12 +59,41 @@ class KafkaBroker:
 
     bootstrap: str
     pid: int
+    """The first process's; after :meth:`restart`, :attr:`current_pid` is the live one."""
     workdir: Path
     log: Path
     started_in_s: float
     """From the first JVM (format) to the first topic listing answered."""
     client_options: dict[str, str] = field(default_factory=dict)
     """librdkafka settings a client needs (SASL for a broker with users); empty otherwise."""
+    _processes: list[subprocess.Popen[bytes]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+    _start: Callable[[], subprocess.Popen[bytes]] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    @property
+    def current_pid(self) -> int:
+        return self._processes[-1].pid if self._processes else self.pid
+
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would: its files stay, nothing is flushed."""
+        process = self._processes[-1]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(STOP_TIMEOUT_S)
+
+    def restart(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start it again on the same ports and files; return once it answers."""
+        assert self._start is not None, "a broker from running_kafka restarts"
+        process = self._start()
+        self._processes.append(process)
+        deadline = time.monotonic() + timeout_s
+        while not _lists_topics(self.bootstrap, self.client_options):
+            if process.poll() is not None or time.monotonic() > deadline:
+                state = "did not answer" if process.poll() is None else "exited"
+                raise KafkaJvmError(f"the restarted broker {state} ({_reason(self.log)})")
+            time.sleep(0.2)
 
 
 def java() -> str:
@@ -399,7 +429,7 @@ def running_kafka(
     failures: list[str] = []
     for attempt in range(_ATTEMPTS if port == 0 else 1):
         workdir = Path(tempfile.mkdtemp(prefix="spark-elastic-kafka-"))
-        process: subprocess.Popen[bytes] | None = None
+        processes: list[subprocess.Popen[bytes]] = []
         try:
             client_port = port or free_port()
             controller_port = free_port()
@@ -413,32 +443,45 @@ def running_kafka(
             log = workdir / "server.log"
             began = time.monotonic()
             _format(workdir, properties)
-            with log.open("wb") as out:
-                process = subprocess.Popen(
-                    _jvm(workdir, "kafka.Kafka", str(properties)),
-                    cwd=workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    # Its own session: a Ctrl-C meant for us does not reach it half-way;
-                    # we stop it by PID. If we are killed outright, the kernel stops it.
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
-                )
+
+            def start(workdir: Path = workdir, properties: Path = properties) -> Any:
+                with (workdir / "server.log").open("ab") as out:
+                    return subprocess.Popen(
+                        _jvm(workdir, "kafka.Kafka", str(properties)),
+                        cwd=workdir,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        # Its own session: a Ctrl-C meant for us does not reach it half-way;
+                        # we stop it by PID. If we are killed outright, the kernel stops it.
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent,
+                    )
+
+            process = start()
+            processes = [process]
             deadline = began + timeout_s
             while process.poll() is None and time.monotonic() < deadline:
                 if _lists_topics(bootstrap, options):
                     yield KafkaBroker(
-                        bootstrap, process.pid, workdir, log, time.monotonic() - began, options
+                        bootstrap,
+                        process.pid,
+                        workdir,
+                        log,
+                        time.monotonic() - began,
+                        options,
+                        processes,
+                        start,
                     )
                     return
                 time.sleep(0.2)
             state = "did not answer" if process.poll() is None else f"exited {process.returncode}"
             failures.append(f"attempt {attempt + 1}: {state} ({_reason(log)})")
         finally:
-            if process is not None:
-                stop(process.pid)
-                process.wait()
+            for started in processes:
+                if started.poll() is None:
+                    stop(started.pid)
+                started.wait()
             shutil.rmtree(workdir, ignore_errors=True)
     raise KafkaJvmError(f"no Kafka broker on 127.0.0.1: {'; '.join(failures)}")
 

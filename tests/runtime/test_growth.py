@@ -344,3 +344,43 @@ def test_a_monitor_that_cannot_read_its_inputs_reports_it_and_the_coordinator_go
             assert (status, reply["alive"]) == (200, True)
     finally:
         c.kill_all()
+
+
+class DownWatch:
+    """Inputs whose broker is down until a spec brings it back; counts its looks."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.looks = 0
+
+    def partition_counts(self) -> dict[str, int]:
+        self.looks += 1
+        if self.down:
+            raise RuntimeError("no broker at 127.0.0.1:9")
+        return {"clicks": 3}  # the stand-ins' job's
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return {0: 0, 1: 0, 2: 0}
+
+
+def test_an_input_down_for_many_checks_is_one_event_and_its_return_another(
+    tmp_path: Path,
+) -> None:
+    watch = DownWatch()
+    c = Coordinator(tmp_path, watch=watch, partition_check_s=CHECK_S)
+
+    def partition_events() -> list[str]:
+        return [e["detail"] for e in c.status()["events"] if e["kind"] == "partitions"]
+
+    try:
+        with c.server.running_in_thread():
+            wait_until("several failed looks", lambda: watch.looks >= 4)
+            assert partition_events() == ["check failed: RuntimeError: no broker at 127.0.0.1:9"]
+            watch.down = False
+            wait_until("the input's return said", lambda: len(partition_events()) == 2)
+            assert partition_events()[0] == "the input answers again"  # newest first
+            looks = watch.looks
+            wait_until("more good looks", lambda: watch.looks >= looks + 2)
+            assert len(partition_events()) == 2
+    finally:
+        c.kill_all()

@@ -1,4 +1,4 @@
-"""A stateful job on a real Apache Kafka broker: failover, growth, a live scale, its group lag.
+"""A stateful job on a real Kafka broker: failover, growth, a live scale, group lag, a crash.
 
 The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``)
 reads the ``clicks`` topic of the session's broker (the ``kafka`` fixture:
@@ -187,3 +187,20 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     assert job.output_rows() == expected
     ways = job.takeovers()
     assert {ways.get(c) for c in warmed} == {"snapshot"}, ways
+
+    # The broker crashes (SIGKILL) and comes back on its port with its files, while the job
+    # runs: the status page says the input was lost and is back, and once records flow
+    # again nothing is lost or applied twice.
+    def said(detail: str) -> Callable[[], bool]:
+        return lambda: any(
+            e["kind"] == "partitions" and detail in e["detail"] for e in job.status()["events"]
+        )
+
+    kafka.kill()
+    wait_until("the input's loss on the status page", said("check failed: InputError"), 60)
+    kafka.restart()
+    produce(kafka.bootstrap, total, 1000)
+    total += 1000
+    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("the input's return on the status page", said("the input answers again"), 60)
+    assert job.output_rows() == key_ordered_counts(records_on(kafka.bootstrap, total), 4)

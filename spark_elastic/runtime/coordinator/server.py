@@ -303,6 +303,7 @@ class CoordinatorServer:
         self.failure: str | None = None
         """Why the loop failed, in one line, or None."""
         self._group_failure = ""
+        self._input_failure = ""
         self._failed_with: BaseException | None = None
         self._leave_running = False
 
@@ -501,9 +502,16 @@ class CoordinatorServer:
         try:
             counts, ends = await asyncio.to_thread(look)
         except Exception as exc:  # outside I/O (a broker, a disk) must never stop the ticks
+            # Said once per cause, not once per check: a broker down for an hour is one
+            # event, and its return another.
             detail = f"check failed: {type(exc).__name__}: {exc}"
-            self.supervisor.store.event("partitions", detail=detail)
+            if detail != self._input_failure:
+                self.supervisor.store.event("partitions", detail=detail)
+            self._input_failure = detail
             return
+        if self._input_failure:
+            self.supervisor.store.event("partitions", detail="the input answers again")
+            self._input_failure = ""
         if self.supervisor.observe_partitions(counts, ends) == "growth":
             self.metrics.partition_growths.inc()
 
