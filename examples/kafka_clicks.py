@@ -8,7 +8,8 @@ split each partition's keys the way the embedded log's producer would. The
 topic is created when it is missing and left as it is when it exists. Then
 run the click-count job on it (README, "Running on Kafka")::
 
-    CLICKS_KAFKA=127.0.0.1:9092 spark-elastic job run examples/jobs/click_counts.py:job \\
+    CLICKS_KAFKA=127.0.0.1:9092 CLICKS_ROOT=/tmp/clicks-on-kafka \\
+        spark-elastic job run examples/jobs/click_counts.py:job \\
         --containers 2 --conf spark.jars=$(ls .cache/jars/spark-kafka/*.jar | paste -sd,)
 """
 
