@@ -319,7 +319,11 @@ class KafkaInput:
             if admin.spark_elastic_refused:
                 raise self._unreachable(admin, "")
             if not retriable or time.monotonic() + _LEADER_RETRY_S >= deadline:
-                reason = error.str() if isinstance(error, KafkaError) else str(error)
+                reason = (
+                    error.str()
+                    if isinstance(error, KafkaError)
+                    else str(error) or type(error).__name__
+                )
                 raise InputError(
                     f"KafkaInput: consumer group {group!r} refused the offsets of {where} "
                     f"on {self.bootstrap_servers}: {reason}"
@@ -377,7 +381,8 @@ class KafkaInput:
                     f"KafkaInput.topics: expected existing topics, found no topic {topic!r} "
                     f"on {self.bootstrap_servers}"
                 ) from None
-            raise self._unreachable(admin, error.str() if error else str(exc)) from None
+            reason = error.str() if error is not None else str(exc)
+            raise self._unreachable(admin, reason) from None
         except TimeoutError:
             raise self._unreachable(admin, "no reply") from None
 

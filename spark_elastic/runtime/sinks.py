@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -159,12 +160,17 @@ class KafkaSink:
             yield _bytes(k), _bytes(v)  # a null value is a tombstone, as Kafka has it
 
     def _produce(self, producer: Any, key: bytes | None, value: bytes | None) -> None:
+        deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 producer.produce(self.topic, key=key, value=value)
                 return
             except BufferError:
-                # The producer's queue is full: let it send, then try again.
+                # The producer's queue is full: let it send, then try again, for a while.
+                if time.monotonic() > deadline:
+                    raise SinkError(
+                        f"the producer's queue stayed full for {self.timeout_s:g} s"
+                    ) from None
                 producer.poll(0.1)
 
     def _producer(self, container_id: str) -> Any:
