@@ -39,6 +39,11 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
 RECORDS = 6000
 USERS = 97
+APPLY_DEADLINE_S = 600.0
+"""How long a story waits for every record to be applied after a step. A bound on a hang,
+not a timing claim: under CI's load (two stories side by side, up to eight Spark
+applications on 2 cores) the stateful story's successors after growth ran their first
+batch 222 s after they were given their tasks, and 240 s ran out twice."""
 # Short leases so failovers happen within seconds; the budget fits a local Parquet write.
 LEASE_MS, MARGIN_MS, BUDGET_MS, HEARTBEAT_MS = 6000, 2500, 2000, 500
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import RunningJob, all_applied, counts_in_key_order, produce, wait_until
+from jobs import APPLY_DEADLINE_S, RunningJob, all_applied, counts_in_key_order, produce, wait_until
 from pyspark.sql import SparkSession
 from standins import call
 
@@ -162,7 +162,7 @@ def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
     assert [len(c["tasks"]) for c in last["containers"]] == [8]
     produce(log, total, 100)  # for the last owner, with the state it took over
     total += 100
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
     # One action for the step and one after it: no flapping.
     assert {a: n for a, n in actions_taken(job).items() if n} == {"scale-out": 1, "scale-in": 1}
     assert job.output_rows() == counts_in_key_order(spark, clicks, planned=2)

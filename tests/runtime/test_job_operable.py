@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 from jobs import (
+    APPLY_DEADLINE_S,
     RECORDS,
     RunningJob,
     all_applied,
@@ -124,7 +125,7 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     assert "Traceback" in coordinator_log
     port = int(job.url.rsplit(":", 1)[1])
     job = start_job(2, clicks / "coordinator.db", port)
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
     assert job.running_containers() == first
 
     # Stopped (Ctrl-C) and resumed: the same tasks, from their last commits.
@@ -143,7 +144,7 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     )
     assert not set(resumed) & set(first)
     assert [e for e in events(job, "resume") if "2 containers' tasks go to successors" in e]
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
 
     # Stopped in the middle of a move and resumed: the move goes on, with fresh warm-ups,
     # here under a deadline no warm-up meets, so it is rolled back there.
@@ -164,7 +165,7 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     wait_until("the old owners running", lambda: set(job.running_containers()) == owners)
     produce(log, total, 1000)
     total += 1000
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
     assert job.output_rows() == counts_in_key_order(spark, clicks, planned=4)
 
 

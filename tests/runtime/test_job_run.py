@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 from jobs import (
+    APPLY_DEADLINE_S,
     RECORDS,
     RunningJob,
     all_applied,
@@ -99,7 +100,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     )
     assert victim not in {c["containerId"] for c in job.job_model()["containers"]}
     assert set(replacement["tasks"]) == set(model_tasks[victim])
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
 
     # The coordinator dies and comes back while records keep arriving.
     running = wait_until(
@@ -116,7 +117,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     again = start_job(3, clicks / "coordinator.db", port, *options)
     again.pids.update(job.pids)
     assert again.job_model()["containers"] == model["containers"]
-    wait_until("every record applied", all_applied(again, total), timeout=240)
+    wait_until("every record applied", all_applied(again, total), APPLY_DEADLINE_S)
     # The same processes did the work: nothing was relaunched or failed over.
     assert again.running_containers() == running
     assert all(alive(pid) for pid in running.values())
@@ -131,7 +132,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         lambda: again.job_model()["partitions"] == {"clicks": 8},
         timeout=240,
     )
-    wait_until("every record applied", all_applied(again, total), timeout=240)
+    wait_until("every record applied", all_applied(again, total), APPLY_DEADLINE_S)
 
     # Then, while records arrive: 3 -> 2 containers, a split to factor 4 (one container at
     # a time), a merge back to 2, 2 -> 3 containers, each asked for as soon as the last one
@@ -170,7 +171,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         again.status()  # records the new containers' pids for cleanup
     produce(log, total, 1000)  # for the last owners, with the state they took over
     total += 1000
-    wait_until("every record applied", all_applied(again, total), timeout=240)
+    wait_until("every record applied", all_applied(again, total), APPLY_DEADLINE_S)
     # Nothing lost, nothing applied twice, each key's records in order: its old partition's
     # records before its new partition's, each in offset order.
     assert again.output_rows() == counts_in_key_order(spark, clicks, planned=4)

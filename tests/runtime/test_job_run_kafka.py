@@ -21,6 +21,7 @@ import kafka_jvm
 import pytest
 from cli_runner import run_cli
 from jobs import (
+    APPLY_DEADLINE_S,
     RECORDS,
     USERS,
     RunningJob,
@@ -118,7 +119,7 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
 
     # A container killed outright: its tasks go on from its last Kafka offsets checkpointed.
     victim, victim_pid = sorted(running.items())[0]
@@ -132,7 +133,7 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
             victim in source for c in job.job_model()["containers"] for source in c["sources"]
         ),
     )
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
 
     # The topic grows 4 -> 8 through CreatePartitions, with a backlog in the old partitions:
     # the old partitions drain to what they held before anything in the new ones is read.
@@ -145,7 +146,7 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
         lambda: job.job_model()["partitions"] == {TOPIC: 8},
         timeout=240,
     )
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
 
     # 2 -> 3 containers while records arrive: the new owners warm up first (snapshots: Spark's
     # Kafka source has no gate to replay behind) and keyed state moves with its tasks.
@@ -163,7 +164,7 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     job.status()  # records the new containers' pids for cleanup
     produce(kafka.bootstrap, total, 1000)
     total += 1000
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
 
     # Kafka's own tools show the job's lag: its consumer group (named for the job) holds,
     # for every partition, where every task reading it has got to: the end, by now.
@@ -201,6 +202,6 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     kafka.restart()
     produce(kafka.bootstrap, total, 1000)
     total += 1000
-    wait_until("every record applied", all_applied(job, total), timeout=240)
+    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
     wait_until("the input's return on the status page", said("the input answers again"), 60)
     assert job.output_rows() == key_ordered_counts(records_on(kafka.bootstrap, total), 4)
