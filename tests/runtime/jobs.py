@@ -44,6 +44,11 @@ APPLY_DEADLINE_S = 600.0
 not a timing claim: under CI's load (two stories side by side, up to eight Spark
 applications on 2 cores) the stateful story's successors after growth ran their first
 batch 222 s after they were given their tasks, and 240 s ran out twice."""
+CHANGE_DEADLINE_S = 600.0
+"""How long a story waits for a live change (a scale, a factor change, the autoscaler's
+step) to settle: its warm-ups are new Spark applications, and under CI's load one took
+213 s from launch to ready (a 3 -> 2 scale settled in 216 s). The coordinator's own
+warm-up deadline is 600 s too."""
 # Short leases so failovers happen within seconds; the budget fits a local Parquet write.
 LEASE_MS, MARGIN_MS, BUDGET_MS, HEARTBEAT_MS = 6000, 2500, 2000, 500
 

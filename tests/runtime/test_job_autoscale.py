@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import APPLY_DEADLINE_S, RunningJob, all_applied, counts_in_key_order, produce, wait_until
+from jobs import (
+    APPLY_DEADLINE_S,
+    CHANGE_DEADLINE_S,
+    RunningJob,
+    all_applied,
+    counts_in_key_order,
+    produce,
+    wait_until,
+)
 from pyspark.sql import SparkSession
 from standins import call
 
@@ -149,16 +157,16 @@ def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
     assert [len(w["tasks"]) for w in pending["warmups"]] == [4, 4]
     produce(log, total, 100)
     total += 100
-    wait_until("two containers own the tasks", settled(job, 2), timeout=300)
+    wait_until("two containers own the tasks", settled(job, 2), timeout=CHANGE_DEADLINE_S)
 
     # The step is over: once the backlog is drained and the rate window shows it, one
     # container is enough again.
-    wait_until("a scale-in", lambda: len(autoscaler_actions(job)) == 2, timeout=300)
+    wait_until("a scale-in", lambda: len(autoscaler_actions(job)) == 2, timeout=CHANGE_DEADLINE_S)
     back = autoscaler_actions(job)[1]
     assert back.startswith("autoscaler scale-in to 1: underused"), back
     produce(log, total, 100)  # for the old owners while their successor warms up
     total += 100
-    last = wait_until("one container owns the tasks", settled(job, 1), timeout=300)
+    last = wait_until("one container owns the tasks", settled(job, 1), timeout=CHANGE_DEADLINE_S)
     assert [len(c["tasks"]) for c in last["containers"]] == [8]
     produce(log, total, 100)  # for the last owner, with the state it took over
     total += 100

@@ -24,6 +24,7 @@ import pytest
 from cli_runner import run_cli
 from jobs import (
     APPLY_DEADLINE_S,
+    CHANGE_DEADLINE_S,
     RECORDS,
     RunningJob,
     all_applied,
@@ -158,7 +159,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
             lambda n=containers: (
                 (m := again.job_model())["warmups"] == [] and len(m["containers"]) == n and m
             ),
-            timeout=300,
+            timeout=CHANGE_DEADLINE_S,
         )
         assert after["elasticityFactor"] == factor
         moved = sorted(t for c in after["containers"] for t in c["tasks"])

@@ -22,6 +22,7 @@ import pytest
 from cli_runner import run_cli
 from jobs import (
     APPLY_DEADLINE_S,
+    CHANGE_DEADLINE_S,
     RECORDS,
     USERS,
     RunningJob,
@@ -158,7 +159,7 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     after = wait_until(
         "3 containers",
         lambda: (m := job.job_model())["warmups"] == [] and len(m["containers"]) == 3 and m,
-        timeout=300,
+        timeout=CHANGE_DEADLINE_S,
     )
     warmed = {c["containerId"] for c in after["containers"]} - before
     job.status()  # records the new containers' pids for cleanup

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from jobs import RECORDS, RunningJob, produce, wait_until
+from jobs import CHANGE_DEADLINE_S, RECORDS, RunningJob, produce, wait_until
 from jvm import CONTAINER_CONF
 from pyspark.sql import SparkSession
 from spark_cluster import standalone_cluster
@@ -199,7 +199,7 @@ def test_three_containers_read_each_record_once_scale_3_2_3_then_follow_growth_i
                 set(job.running_containers())
                 == {c["containerId"] for c in job.job_model()["containers"]}
             ),
-            timeout=240,
+            timeout=CHANGE_DEADLINE_S,
         )
     expected = reference(spark, clicks)
     wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
