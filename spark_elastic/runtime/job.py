@@ -276,6 +276,15 @@ class KafkaInput:
         tools (``kafka-consumer-groups --describe --group <job name>``) show
         its lag; the job reads from its checkpoints, never from the group.
         No member ever joins the group, so the broker accepts the commits.
+        Runs in the coordinator, off its loop, at most every few seconds.
+
+        Parameters
+        ----------
+        group
+            The consumer group's id (the job's name).
+        offsets
+            ``{topic: {partition: next offset}}``: the offset below which every
+            record of the partition was applied.
 
         Raises
         ------
