@@ -866,14 +866,15 @@ class Supervisor:
         if self.clock() < self._next_group_commit:
             return None
         self._next_group_commit = self.clock() + GROUP_COMMIT_S
-        offsets = group_offsets(
-            {
-                task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
-                for task, row in self.store.progress().items()
-            },
-            self._task_partitions(),
-        )
+        offsets = group_offsets(self._committed_offsets(), self._task_partitions())
         return offsets if offsets and offsets != self._group_shown else None
+
+    def _committed_offsets(self) -> dict[str, dict[str, dict[int, int]]]:
+        """Each task's last reported commit: ``{task: {topic: {partition: next offset}}}``."""
+        return {
+            task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
+            for task, row in self.store.progress().items()
+        }
 
     def group_offsets_shown(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """The server committed ``offsets`` to the job's group: only a move commits again."""
@@ -955,10 +956,7 @@ class Supervisor:
         if growth is None:
             return
         barrier = {t: {int(p): o for p, o in ps.items()} for t, ps in growth["barrier"].items()}
-        committed = {
-            task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
-            for task, row in self.store.progress().items()
-        }
+        committed = self._committed_offsets()
         if drained(barrier, committed, self._task_partitions()):
             self._hand_over(dict(growth["counts"]))
 
