@@ -27,7 +27,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers, a file each at a time, the end-to-end files first (conftest.py orders them).
+# Two workers: one runs the end-to-end stories in turn, the other every other file, a file
+# at a time (conftest.py deals them).
 test: lint typecheck java jars
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -45,26 +45,46 @@ atexit.register(shutil.rmtree, _SPARK_CONF_DIR, ignore_errors=True)
 os.environ["SPARK_CONF_DIR"] = str(_SPARK_CONF_DIR)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the five files of end-to-end specs (real containers) first, longest first.
+# The end-to-end specs: real coordinators and containers, several Spark applications each.
+END_TO_END = (
+    "test_job_run.py",
+    "test_job_run_stateless.py",
+    "test_job_operable.py",
+    "test_job_autoscale.py",
+    "test_job_run_kafka.py",
+)
 
-    ``make test`` deals whole files to two workers in this order: the longest
-    start at once, on different workers, and the short files fill in around
-    them instead of leaving one long file to run alone at the end.
-    """
-    longest = (
-        "test_job_run.py",
-        "test_job_run_stateless.py",
-        "test_job_operable.py",
-        "test_job_autoscale.py",
-        "test_job_run_kafka.py",
-    )
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the end-to-end specs first, so that ``make test`` starts them at once."""
 
     def rank(item: pytest.Item) -> int:
         name = item.path.name
-        return longest.index(name) if name in longest else len(longest)
+        return END_TO_END.index(name) if name in END_TO_END else len(END_TO_END)
 
     items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Deal the end-to-end files as one unit under ``--dist loadfile``; the rest by file.
+
+    Each story runs three to eight Spark applications, and two stories side by side on
+    the 2 cores starved them (containers 80 s from their tasks to a first batch, Python
+    workers that missed Spark's fixed 10 s to connect back, heartbeats late past the
+    lease). So one worker runs the stories in turn while the other takes every other
+    file. (xdist's own ``loadgroup`` cannot do this under pytest 9: it renames node ids
+    through an attribute pytest 9 no longer reads.)
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class StoriesInTurn(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "end-to-end" if file.rsplit("/", 1)[-1] in END_TO_END else file
+
+    return StoriesInTurn(config, log)
 
 
 @pytest.fixture(scope="session")
