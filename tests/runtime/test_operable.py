@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import InProcess
+from conftest import FAKE_TERMS, InProcess
 from spark_elastic.errors import StoreFencedError, StoreOwnedError
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
 from spark_elastic.runtime.coordinator.registry import Store
@@ -281,3 +281,59 @@ def test_a_coordinator_failing_as_it_starts_stops_what_it_launched_and_exits_1(
     assert "OSError: no space left on device" in capsys.readouterr().err
     assert len(in_process.launcher.processes) == 2
     assert in_process.launcher.running() == []
+
+
+# a loaded machine: the coordinator's own stalls
+
+
+def test_time_the_coordinator_could_not_hear_is_charged_to_no_lease(
+    in_process: InProcess,
+) -> None:
+    # Its process stalled past a lease and its margin: the containers' heartbeats are
+    # queued, unheard. Judged now, both would fail over though both renewed all along.
+    running(in_process)
+    supervisor, terms = in_process.supervisor, FAKE_TERMS
+    stall = terms.lease_s + terms.margin_s + 1
+    in_process.clock.advance(stall)
+    supervisor.deaf_for(stall)
+    supervisor.tick()
+    assert sorted(in_process.states().values()) == ["running", "running"]
+    assert supervisor.counters["stalls"] == 1
+    # A renewal heard while the loop ran (here: after a stall began, by the server's
+    # measure) is not moved later: its lease is a lease, no more.
+    in_process.beat_all()
+    in_process.clock.advance(0.5)
+    supervisor.deaf_for(1.0)
+    leases = [c["leaseLeftS"] for c in supervisor.status()["containers"]]
+    assert leases == [terms.lease_s - 0.5] * 2
+    # A container really gone still fails over, after a lease and its margin of listening.
+    in_process.step(terms.lease_s + terms.margin_s + 0.1, beat=False)
+    assert "expire" in [e.kind for e in Store(supervisor.store.path).events()]
+
+
+def test_a_tick_that_held_the_loop_is_reported_as_time_nobody_was_heard(
+    in_process: InProcess,
+) -> None:
+    running(in_process)
+    supervisor = in_process.supervisor
+    server = CoordinatorServer(lambda url: supervisor, bind("127.0.0.1", 0))
+    deaf: list[float] = []
+    supervisor.deaf_for = deaf.append  # type: ignore[method-assign]
+    tick, ticks = supervisor.tick, 0
+
+    def slow_once() -> None:
+        nonlocal ticks
+        ticks += 1
+        tick()
+        if ticks == 1:
+            time.sleep(1.0)  # holds the loop: no heartbeat is read meanwhile
+        if ticks == 3:
+            server.request_stop()
+
+    supervisor.tick = slow_once  # type: ignore[method-assign]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.wait_for(server.serve(), 30))
+    finally:
+        loop.close()
+    assert max(deaf, default=0.0) >= 1.0, deaf

@@ -69,6 +69,8 @@ MAX_BODY = 64 * 1024
 MAX_IN_FLIGHT = 512
 VIEWS_PER_S = 50.0
 TICK_S = 0.2
+# A tick this late means the loop (or the process) stalled: see Supervisor.deaf_for.
+DEAF_S = 0.5
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _VIEWS = frozenset({"/", "/status.json", "/metrics"})
@@ -199,6 +201,12 @@ class _Metrics:
         )
         self.failovers = Counter(
             "spark_elastic_failovers", "Containers replaced after their lease expired", registry=r
+        )
+        self.stalls = Counter(
+            "spark_elastic_coordinator_stalls",
+            "Times the coordinator's loop ran more than 0.5 s late (a loaded machine): the "
+            "time it could not hear heartbeats was charged to no lease",
+            registry=r,
         )
         self.partition_change_refused = Gauge(
             "spark_elastic_partition_change_refused",
@@ -447,6 +455,7 @@ class CoordinatorServer:
         """Add what the supervisor counted since the last tick to the Prometheus counters."""
         counters = {
             "failovers": self.metrics.failovers,
+            "stalls": self.metrics.stalls,
             **{
                 f"autoscaler_{action}": self.metrics.autoscaler_actions.labels(action)
                 for action in ("scale-out", "scale-in", "split", "merge")
@@ -460,9 +469,20 @@ class CoordinatorServer:
 
     async def _tick_forever(self) -> None:
         seen: dict[str, int] = {}
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while not self._stopping.is_set():
             try:
+                # Woken late, or held by a slow tick, the loop heard no one meanwhile: the
+                # heartbeats still queued must not be judged missing (Supervisor.deaf_for).
+                late = loop.time() - due
+                if late > DEAF_S:
+                    self.supervisor.deaf_for(late)
+                started = loop.time()
                 self.supervisor.tick()
+                held = loop.time() - started
+                if held > DEAF_S:
+                    self.supervisor.deaf_for(held)
                 self._count_into_metrics(seen)
                 if self.supervisor.partition_check_due():
                     await self._check_partitions()
@@ -474,6 +494,7 @@ class CoordinatorServer:
                 # alive: the coordinator stops (its containers too) and exits non-zero.
                 self._fail(exc)
                 return
+            due = loop.time() + TICK_S
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), TICK_S)
 

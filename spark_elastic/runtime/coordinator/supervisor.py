@@ -463,6 +463,40 @@ class Supervisor:
             if old_id in self._finishing:
                 self._finishing[old_id] = now + self.terms.lease_s
 
+    def deaf_for(self, seconds: float) -> None:
+        """The coordinator heard no one for the last ``seconds``: no lease is charged for them.
+
+        Called by the server when its loop was held (the process descheduled
+        on a loaded machine, a slow step): heartbeats sent meanwhile are still
+        queued, and judging leases before reading them would fail over
+        containers that did renew. So leases count only the time the
+        coordinator could listen: every renewal (and launch) from before the
+        stall moves later by its length; one heard since is not moved. A
+        container that is really gone still fails over, after a lease and its
+        margin of listening. Moving a lease later only delays a failover,
+        never lets two owners write (a container's own lease counts from the
+        renewal it last had answered), as :meth:`serving` does for a restart.
+
+        Parameters
+        ----------
+        seconds
+            How long the loop could not serve requests, up to now.
+        """
+        if seconds <= 0:
+            return
+        began = self.clock() - seconds
+        for live in self._live.values():
+            if live.renewed_at <= began:
+                live.renewed_at += seconds
+            if live.launched_at <= began:
+                live.launched_at += seconds
+        for old_id, renewed_at in self._retired.items():
+            if renewed_at <= began:
+                self._retired[old_id] = renewed_at + seconds
+        for old_id, until in self._finishing.items():
+            self._finishing[old_id] = until + seconds
+        self._count("stalls")
+
     def _check_same_job(self, stored: JobModel) -> None:
         shape = self.shape
         # Inputs that grew (SEP-5) since the store was written are the same job: the
