@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from spark_elastic.dataplane.ordered import ORDERS
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, InputError, JobDefinitionError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import validate_elasticity_factor
@@ -705,6 +706,10 @@ class Job:
         The containers' processing-time trigger, e.g. ``"1 second"``.
     spark_conf
         Extra Spark settings for every container's session.
+    order
+        The order a stateful task sees its records in within a micro-batch
+        (``with_task_state``'s ``order``): ``"offset"``, ``"timestamp"``, or
+        None: by timestamp for several input topics, by offset for one.
     """
 
     name: str
@@ -718,6 +723,7 @@ class Job:
     hash: str = "spark"
     trigger_interval: str = "1 second"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    order: str | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -757,6 +763,10 @@ class Job:
             )
         if self.hash not in ("spark", "java"):
             raise ArgumentError.invalid("Job.hash", "a hash mode", self.hash, ["spark", "java"])
+        if self.order is not None and self.order not in ORDERS:
+            raise ArgumentError.invalid(
+                "Job.order", "an order, or None for the default", self.order, ORDERS
+            )
 
     @property
     def stateful(self) -> bool:

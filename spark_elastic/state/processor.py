@@ -25,6 +25,7 @@ order, however they are split into micro-batches.
 from __future__ import annotations
 
 import abc
+import itertools
 import json
 import os
 import time
@@ -37,7 +38,12 @@ import numpy as np
 
 from spark_elastic.dataplane.buckets import SLOTS, HashMode, bucket_of_key, key_slot
 from spark_elastic.dataplane.columns import KafkaColumns
-from spark_elastic.dataplane.ordered import frames_of
+from spark_elastic.dataplane.ordered import (
+    ORDERS,
+    check_timestamp_column,
+    frames_of,
+    timestamp_order,
+)
 from spark_elastic.dataplane.transforms import (
     PartitionCounts,
     VirtualTaskRouting,
@@ -501,9 +507,11 @@ class _ElasticProcessor:
         hash: HashMode = "spark",
         key_column: str = "key",
         fences: str | None = None,
+        order: tuple[str, str] = ("offset", "timestamp"),
     ) -> None:
         self.user = user
         self.fences = fences
+        self.order, self.timestamp = order
         self.routes = dict(routes)
         self.factor = elasticity_factor
         self.state_schema = state_schema
@@ -547,7 +555,18 @@ class _ElasticProcessor:
         if not frames:
             return
         batch = pd.concat(frames, ignore_index=True)
-        batch = batch.sort_values(["topic", "partition", "offset"], kind="stable")
+        if self.order == "timestamp":
+            batch = batch.iloc[
+                timestamp_order(
+                    batch["topic"],
+                    batch["partition"],
+                    batch["offset"],
+                    batch[self.timestamp],
+                    self.timestamp,
+                )
+            ]
+        else:
+            batch = batch.sort_values(["topic", "partition", "offset"], kind="stable")
         batch = batch.reset_index(drop=True)
 
         started = time.perf_counter_ns()
@@ -585,7 +604,17 @@ class _ElasticProcessor:
             )
             state._prefetch(fresh[BUCKET_HASH].to_numpy())
             user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
-            if quiet.any():
+            if quiet.any() and self.order == "timestamp":
+                # In time order the quiet records of one partition interleave with the new
+                # ones of another: each run goes through in turn, a quiet run's output dropped.
+                for is_quiet, run in _runs(quiet):
+                    part = user_rows.iloc[run].reset_index(drop=True)
+                    for out in frames_of(self.user.process(state, part)):
+                        checked = self._rows(out)  # a quiet run's output is checked too
+                        if not is_quiet:
+                            yield checked
+                user_rows = user_rows.iloc[:0]
+            elif quiet.any():
                 # Published by an earlier owner: into the state, not the output. A key's
                 # quiet records all come before its others, so its order holds.
                 replayed = user_rows[quiet].reset_index(drop=True)
@@ -691,6 +720,13 @@ def _fences(path: str | None) -> list[Fence]:
     return seen[1]
 
 
+def _runs(flags: Any) -> list[tuple[bool, slice]]:
+    """Maximal runs of equal flags, in order: ``[(flag, slice), ...]``."""
+    changes = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
+    bounds = [0, *changes.tolist(), len(flags)]
+    return [(bool(flags[a]), slice(a, b)) for a, b in itertools.pairwise(bounds)]
+
+
 def _covered(batch: pd.DataFrame, entries: Iterable[tuple[tuple[Any, ...], int]]) -> Any:
     """Per row: is it below a checkpoint of its key (applied already)?"""
     skip = np.zeros(len(batch), dtype=bool)
@@ -727,6 +763,8 @@ def with_task_state(
     system: str = "kafka",
     columns: KafkaColumns | Mapping[str, str] | None = None,
     bucket_checkpoints: bool = True,
+    order: str | None = None,
+    timestamp: str = "timestamp",
 ) -> Callable[[DataFrame], DataFrame]:
     """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
 
@@ -774,6 +812,17 @@ def with_task_state(
         Keep per-bucket checkpoints (default). ``False`` exists to measure
         their cost: without them a replay is not skipped and the checkpoint
         cannot be rescaled correctly.
+    order
+        The order of a task's records within a micro-batch: ``"offset"``
+        (by topic, partition, offset) or ``"timestamp"`` (the task's
+        partitions merged by each one's next record's timestamp, as Kafka
+        Streams' ``PartitionGroup`` does with ``max.task.idle.ms`` 0; see
+        :func:`~spark_elastic.dataplane.ordered.timestamp_order`). Default:
+        ``"timestamp"`` for a job of several input streams (co-grouped),
+        ``"offset"`` for one.
+    timestamp
+        The timestamp column ``"timestamp"`` order reads (Spark's Kafka
+        source and the embedded log name it so).
 
     Returns
     -------
@@ -805,6 +854,10 @@ def with_task_state(
     if not isinstance(job, str) or not job:
         raise ArgumentError.invalid("job", "a non-empty job name", job)
     cols = KafkaColumns.of(columns)
+    if order is not None and order not in ORDERS:
+        raise ArgumentError.invalid("order", "an order, or None for the default", order, ORDERS)
+    if not isinstance(timestamp, str) or not timestamp:
+        raise ArgumentTypeError.wrong_type("timestamp", "a column name", timestamp)
     kind = Grouper.of(grouper)
     factor = _resolve_factor(elasticity_factor, plan)
     if partitions is not None:
@@ -828,6 +881,9 @@ def with_task_state(
             tasks=owned,
         )
         _check_owned(job_plan, owned)
+        in_order = order or ("timestamp" if len(job_plan.inputs) > 1 else "offset")
+        if in_order == "timestamp":
+            check_timestamp_column(df, timestamp, defaulted=order is None)
         check_known_counts(df, job_plan, system)  # before anything is written
         _check_starting_offsets(df, checkpoint)
         spec, job_plan = _claim(spark, checkpoint, spec, job_plan, explicit=plan is not None)
@@ -844,7 +900,15 @@ def with_task_state(
             routed = routed.filter(F.col("virtual_task").isin(list(owned)))
         routed = routed.repartition(routing.task_count, "routing_key")
         return _run(
-            spark, processor, routed, routing, checkpoint, spec, bucket_checkpoints, cols.key
+            spark,
+            processor,
+            routed,
+            routing,
+            checkpoint,
+            spec,
+            bucket_checkpoints,
+            cols.key,
+            (in_order, timestamp),
         )
 
     return transform
@@ -1015,6 +1079,7 @@ def _run(
     spec: JobSpec,
     bucket_checkpoints: bool,
     key_column: str = "key",
+    order: tuple[str, str] = ("offset", "timestamp"),
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -1045,6 +1110,7 @@ def _run(
         spec.hash,  # type: ignore[arg-type]
         key_column,
         str(fences_path(checkpoint)),
+        order=order,
     )
     initial = None
     seed = seed_dir(checkpoint)

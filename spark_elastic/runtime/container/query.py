@@ -135,6 +135,7 @@ def _output(
                 plan=plan,
                 tasks=mine.tasks,
                 hash=job.hash,  # type: ignore[arg-type]
+                order=job.order,
             )
         )
     else:
