@@ -89,6 +89,13 @@ def test_a_job_needs_exactly_one_kind_of_logic() -> None:
         make_job(transform=None)
 
 
+def test_the_order_is_offset_timestamp_or_the_default() -> None:
+    assert make_job().order is None  # by timestamp for several topics, by offset for one
+    assert make_job(order="timestamp").order == "timestamp"
+    with pytest.raises(ArgumentError, match=r"Job.order: .*'time'.*'offset', 'timestamp'"):
+        make_job(order="time")
+
+
 @pytest.mark.parametrize("factor", [3, 0, 2048])
 def test_the_factor_is_a_power_of_two_up_to_1024(factor: int) -> None:
     with pytest.raises(ArgumentError):
