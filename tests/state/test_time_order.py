@@ -3,7 +3,8 @@
 A click enriched with its user's latest profile update at click time is the
 join of issue #26: the answer is right only if each task applies its two
 streams' records merged by timestamp (Kafka Streams' ``PartitionGroup``).
-The reference is a single-threaded pass over every record sorted by time.
+The processor is the example job's (``examples/jobs/enriched_clicks.py``);
+the reference is a single-threaded pass over every record sorted by time.
 These runs read the whole log in one micro-batch: across batches a task
 does not hold records back yet (``max.task.idle.ms`` 0, the default there).
 """
@@ -14,7 +15,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
@@ -23,42 +23,29 @@ from spark_elastic import (
     LOG_SOURCE_FORMAT,
     EmbeddedLog,
     TaskProcessor,
-    TaskState,
     register_log_source,
     with_task_state,
 )
 from spark_elastic.errors import ArgumentError, ColumnError
+from spark_elastic.runtime.job import load_job_and_module
 from spark_elastic.state.checkpoint_dir import write_fences
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
 ENRICHED = "user string, click_offset long, partition int, profile string"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "jobs" / "enriched_clicks.py"
 Record = tuple[str, int, int, int, str, str]  # topic, partition, offset, time, user, value
 
 
-class Enrich(TaskProcessor):
-    """Each click with its user's latest profile so far ("-" before the first)."""
+def example_processor() -> TaskProcessor:
+    """``examples/jobs/enriched_clicks.py``'s processor, pickled by value as containers do."""
+    from pyspark import cloudpickle
 
-    state_schema = "profile string"
-    output_schema = ENRICHED
-
-    def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
-        out = []
-        for key, topic, partition, offset, value in zip(
-            rows["key"],
-            rows["topic"],
-            rows["partition"],
-            rows["offset"],
-            rows["value"],
-            strict=True,
-        ):
-            if topic == "profiles":
-                task.put(key, (value.decode(),))
-            else:
-                (profile,) = task.get(key, ("-",))
-                out.append((key.decode(), int(offset), int(partition), profile))
-        return pd.DataFrame(out, columns=["user", "click_offset", "partition", "profile"])
+    job, module = load_job_and_module(str(EXAMPLE) + ":job")
+    cloudpickle.register_pickle_by_value(module)
+    assert job.processor is not None
+    return job.processor
 
 
 def produce(log: EmbeddedLog, seed: int) -> list[Record]:
@@ -101,7 +88,7 @@ def run(spark: SparkSession, log: EmbeddedLog, root: Path, **options: Any) -> Da
     )
     out = events.transform(
         with_task_state(
-            Enrich(),
+            example_processor(),
             job="enrich",
             checkpoint_location=checkpoint,
             elasticity_factor=1,
@@ -169,7 +156,7 @@ def test_time_order_is_refused_without_a_timestamp_column(spark: SparkSession) -
         "key binary, value binary, topic string, partition int, offset bigint",
     )
     transform = with_task_state(
-        Enrich(),
+        example_processor(),
         job="enrich",
         checkpoint_location="/nonexistent/cp",
         elasticity_factor=1,
@@ -181,4 +168,6 @@ def test_time_order_is_refused_without_a_timestamp_column(spark: SparkSession) -
 
 def test_an_unknown_order_is_refused_at_once() -> None:
     with pytest.raises(ArgumentError, match=r"order: .*'time'"):
-        with_task_state(Enrich(), job="enrich", checkpoint_location="/tmp/x", order="time")
+        with_task_state(
+            example_processor(), job="enrich", checkpoint_location="/tmp/x", order="time"
+        )
