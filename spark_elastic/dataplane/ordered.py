@@ -93,10 +93,7 @@ def map_tasks_in_pandas(
     """
     if not callable(func):
         raise ArgumentTypeError.wrong_type("func", "a callable func(virtual_task, rows)", func)
-    if order not in ORDERS:
-        raise ArgumentError.invalid("order", "an order", order, ORDERS)
-    if not isinstance(timestamp, str) or not timestamp:
-        raise ArgumentTypeError.wrong_type("timestamp", "a column name", timestamp)
+    check_order("order", order, timestamp)
     cols = KafkaColumns.of(columns)
 
     def transform(df: DataFrame) -> DataFrame:
@@ -110,6 +107,63 @@ def map_tasks_in_pandas(
         return df.mapInPandas(_in_task_order(func, cols, order, timestamp), schema)
 
     return transform
+
+
+def check_order(name: str, order: object, timestamp: object, default: bool = False) -> None:
+    """Refuse an order outside :data:`ORDERS` (None too, unless it means a default) or a bad
+    timestamp column name (driver, when a transform or job is defined).
+
+    Parameters
+    ----------
+    name
+        The order argument's name as the caller wrote it (``order``, ``Job.order``).
+    order
+        The order given.
+    timestamp
+        The timestamp column's name given.
+    default
+        Whether None (the caller's default order) is accepted.
+
+    Raises
+    ------
+    ArgumentError
+        An unknown order.
+    ArgumentTypeError
+        A timestamp column name that is not a non-empty string.
+    """
+    if not (default and order is None) and order not in ORDERS:
+        expected = "an order, or None for the default" if default else "an order"
+        raise ArgumentError.invalid(name, expected, order, ORDERS)
+    if not isinstance(timestamp, str) or not timestamp:
+        raise ArgumentTypeError.wrong_type("timestamp", "a column name", timestamp)
+
+
+def in_order(rows: pd.DataFrame, order: str, cols: KafkaColumns, timestamp: str) -> pd.DataFrame:
+    """One task's rows in ``order``, on a fresh index (executor, once per task per batch).
+
+    Parameters
+    ----------
+    rows
+        The task's rows of one micro-batch.
+    order
+        ``"offset"`` or ``"timestamp"`` (:func:`timestamp_order`).
+    cols
+        The topic, partition and offset columns.
+    timestamp
+        The timestamp column, for ``"timestamp"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The same rows, reordered.
+    """
+    if order == "timestamp":
+        positions = timestamp_order(
+            rows[cols.topic], rows[cols.partition], rows[cols.offset], rows[timestamp], timestamp
+        )
+        return rows.iloc[positions].reset_index(drop=True)
+    by_offset = [cols.topic, cols.partition, cols.offset]
+    return rows.sort_values(by_offset, kind="stable").reset_index(drop=True)
 
 
 def check_timestamp_column(df: DataFrame, name: str, defaulted: bool = False) -> None:
@@ -214,7 +268,6 @@ def _in_task_order(
     func: TaskFunction, cols: KafkaColumns, order: str, timestamp: str
 ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """The per-partition function ``mapInPandas`` runs on executors (must be picklable)."""
-    by_offset = [cols.topic, cols.partition, cols.offset]
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         import pandas as pd
@@ -226,18 +279,7 @@ def _in_task_order(
         rows = pd.concat(frames, ignore_index=True)
         # Routing gives one task per partition; grouping keeps this correct without routing.
         for task, group in rows.groupby("virtual_task", sort=True):
-            if order == "timestamp":
-                positions = timestamp_order(
-                    group[cols.topic],
-                    group[cols.partition],
-                    group[cols.offset],
-                    group[timestamp],
-                    timestamp,
-                )
-                ordered = group.iloc[positions].reset_index(drop=True)
-            else:
-                ordered = group.sort_values(by_offset, kind="stable").reset_index(drop=True)
-            yield from frames_of(func(str(task), ordered))
+            yield from frames_of(func(str(task), in_order(group, order, cols, timestamp)))
 
     return run
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from spark_elastic.dataplane.ordered import ORDERS
+from spark_elastic.dataplane.ordered import check_order
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, InputError, JobDefinitionError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import validate_elasticity_factor
@@ -763,10 +763,7 @@ class Job:
             )
         if self.hash not in ("spark", "java"):
             raise ArgumentError.invalid("Job.hash", "a hash mode", self.hash, ["spark", "java"])
-        if self.order is not None and self.order not in ORDERS:
-            raise ArgumentError.invalid(
-                "Job.order", "an order, or None for the default", self.order, ORDERS
-            )
+        check_order("Job.order", self.order, "timestamp", default=True)
 
     @property
     def stateful(self) -> bool:

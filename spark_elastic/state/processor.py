@@ -39,10 +39,10 @@ import numpy as np
 from spark_elastic.dataplane.buckets import SLOTS, HashMode, bucket_of_key, key_slot
 from spark_elastic.dataplane.columns import KafkaColumns
 from spark_elastic.dataplane.ordered import (
-    ORDERS,
+    check_order,
     check_timestamp_column,
     frames_of,
-    timestamp_order,
+    in_order,
 )
 from spark_elastic.dataplane.transforms import (
     PartitionCounts,
@@ -555,19 +555,7 @@ class _ElasticProcessor:
         if not frames:
             return
         batch = pd.concat(frames, ignore_index=True)
-        if self.order == "timestamp":
-            batch = batch.iloc[
-                timestamp_order(
-                    batch["topic"],
-                    batch["partition"],
-                    batch["offset"],
-                    batch[self.timestamp],
-                    self.timestamp,
-                )
-            ]
-        else:
-            batch = batch.sort_values(["topic", "partition", "offset"], kind="stable")
-        batch = batch.reset_index(drop=True)
+        batch = in_order(batch, self.order, KafkaColumns(), self.timestamp)
 
         started = time.perf_counter_ns()
         if self.bucket_checkpoints:
@@ -854,10 +842,7 @@ def with_task_state(
     if not isinstance(job, str) or not job:
         raise ArgumentError.invalid("job", "a non-empty job name", job)
     cols = KafkaColumns.of(columns)
-    if order is not None and order not in ORDERS:
-        raise ArgumentError.invalid("order", "an order, or None for the default", order, ORDERS)
-    if not isinstance(timestamp, str) or not timestamp:
-        raise ArgumentTypeError.wrong_type("timestamp", "a column name", timestamp)
+    check_order("order", order, timestamp, default=True)
     kind = Grouper.of(grouper)
     factor = _resolve_factor(elasticity_factor, plan)
     if partitions is not None:
