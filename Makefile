@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: example test lint typecheck bench clean java jars kafka
+.PHONY: example test lint typecheck bench clean java jars kafka cds
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ typecheck: $(STAMP)
 
 # Two workers: one runs the end-to-end stories in turn, the other every other file, a file
 # at a time (conftest.py deals them).
-test: lint typecheck java jars
+test: lint typecheck java jars cds
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+
+# A class-data archive of Spark's classes for the Spark applications the specs start (they
+# start about twice as fast with it): made once per java and pyspark, in .cache/cds.
+cds: $(STAMP) java
+	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python tests/cds.py
 
 # Jars from Maven Central, fetched once into .cache/jars (see maven/*/pom.xml): an Apache
 # Kafka broker (kafka/) and Spark's Kafka connector without what pyspark ships (spark-kafka/).

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,16 +30,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (*_TEST_DIRS, os.environ.get("PYTHONPATH", "")) if p
 )
 
-from jvm import SHORT_LIVED_JAVA_OPTIONS, TEST_JAVA_OPTIONS  # noqa: E402 - from tests/ on
+from jvm import SHORT_LIVED_OPTIONS, TEST_JAVA_OPTIONS  # noqa: E402 - from tests/ on
 
-# Every Spark application a spec's subprocess starts reads its defaults from here (the
-# session's own JVM too: its extraJavaOptions come after these, and win where they differ).
-_SPARK_CONF_DIR = Path(tempfile.mkdtemp(prefix="spark-elastic-tests-conf-"))
-atexit.register(shutil.rmtree, _SPARK_CONF_DIR, ignore_errors=True)
-(_SPARK_CONF_DIR / "spark-defaults.conf").write_text(
-    f"spark.driver.defaultJavaOptions {SHORT_LIVED_JAVA_OPTIONS}\n"
-)
-os.environ["SPARK_CONF_DIR"] = str(_SPARK_CONF_DIR)
+# Every Spark application a spec's subprocess starts gets these Java options first (the
+# session's own JVM too: its extraJavaOptions come after them, and win where they differ).
+os.environ["SPARK_SUBMIT_OPTS"] = SHORT_LIVED_OPTIONS
+os.environ.pop("SPARK_CONF_DIR", None)  # on the class path, it would void the archive
 
 
 # The end-to-end specs: real coordinators and containers, several Spark applications each.
