@@ -146,6 +146,23 @@ class LogInput:
 
 
 @dataclass(frozen=True)
+class _Admin:
+    """A librdkafka ``AdminClient`` and the refused logins its error callback was told of.
+
+    A refused login reaches only the callback (the requests themselves just
+    time out), so a failed request asks :meth:`refusal` which it was.
+    """
+
+    client: Any
+    refused: list[str]
+
+    def refusal(self) -> str | None:
+        """The last refused login, if any, once the callbacks librdkafka queued are served."""
+        self.client.poll(0)
+        return self.refused[-1] if self.refused else None
+
+
+@dataclass(frozen=True)
 class KafkaInput:
     """Topics of a Kafka cluster, read with Spark's ``kafka`` source.
 
@@ -251,7 +268,7 @@ class KafkaInput:
         while True:
             count = len(self._describe(admin, (topic,))[topic].partitions)
             latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-            futures = admin.list_offsets(
+            futures = admin.client.list_offsets(
                 {TopicPartition(topic, p): latest for p in range(count)},
                 request_timeout=self.timeout_s,
             )
@@ -302,7 +319,7 @@ class KafkaInput:
         admin = self._admin()
         deadline = time.monotonic() + self.timeout_s
         while True:
-            (future,) = admin.alter_consumer_group_offsets(
+            (future,) = admin.client.alter_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=self.timeout_s
             ).values()
             try:
@@ -325,8 +342,7 @@ class KafkaInput:
                 isinstance(e, KafkaError) and (e.retriable() or e.code() in _COORDINATOR_MOVING)
                 for _, e in refused
             )
-            admin.poll(0)  # serves the error callbacks librdkafka has queued
-            if admin.spark_elastic_refused:
+            if admin.refusal() is not None:
                 raise self._unreachable(admin, "")
             if not retriable or time.monotonic() + _LEADER_RETRY_S >= deadline:
                 reason = (
@@ -340,7 +356,7 @@ class KafkaInput:
                 )
             time.sleep(_LEADER_RETRY_S)
 
-    def _admin(self) -> Any:
+    def _admin(self) -> _Admin:
         # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
         # until a Kafka job is planned.
         from confluent_kafka.admin import AdminClient
@@ -359,19 +375,19 @@ class KafkaInput:
             "logger": logging.getLogger("spark_elastic.kafka"),
             "error_cb": on_error,
         }
-        admin = AdminClient(config)
-        admin.spark_elastic_refused = refused  # type: ignore[attr-defined]
-        return admin
+        return _Admin(AdminClient(config), refused)
 
-    def _describe(self, admin: Any, topics: Sequence[str] | None = None) -> dict[str, Any]:
+    def _describe(self, admin: _Admin, topics: Sequence[str] | None = None) -> dict[str, Any]:
         """``{topic: TopicDescription}``, in order; never creates a topic."""
         from confluent_kafka import TopicCollection
 
         names = list(self.topics if topics is None else topics)
-        futures = admin.describe_topics(TopicCollection(names), request_timeout=self.timeout_s)
+        futures = admin.client.describe_topics(
+            TopicCollection(names), request_timeout=self.timeout_s
+        )
         return {topic: self._result(admin, futures[topic], topic) for topic in names}
 
-    def _result(self, admin: Any, future: Any, topic: str, retry: bool = False) -> Any:
+    def _result(self, admin: _Admin, future: Any, topic: str, retry: bool = False) -> Any:
         """A request's answer, or its failure as one line.
 
         With ``retry``, a partition whose leader does not serve it yet raises
@@ -396,14 +412,13 @@ class KafkaInput:
         except TimeoutError:
             raise self._unreachable(admin, "no reply") from None
 
-    def _unreachable(self, admin: Any, reason: str) -> InputError:
+    def _unreachable(self, admin: _Admin, reason: str) -> InputError:
         """No answer in time: a refused login if the client was told so, else no broker."""
-        admin.poll(0)  # serves the error callbacks librdkafka has queued
-        refused = getattr(admin, "spark_elastic_refused", [])
-        if refused:
+        refusal = admin.refusal()
+        if refusal is not None:
             return InputError(
                 f"KafkaInput.admin_options: expected credentials the brokers accept, found "
-                f"them refused at {self.bootstrap_servers} ({refused[-1]})"
+                f"them refused at {self.bootstrap_servers} ({refusal})"
             )
         return InputError(
             f"KafkaInput.bootstrap_servers: expected a Kafka broker answering within "
