@@ -33,13 +33,15 @@ gets them going sooner (about 12% off a file of Spark specs). The serial collect
 nothing there (`tests/state/test_stateful_rescale.py`: 258 and 259 CPU-seconds)."""
 
 SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-SHORT_LIVED_OPTIONS = f"{SHORT_LIVED_JAVA_OPTIONS} {ARCHIVE_OPTIONS}".strip()
 """Spark applications that live a few minutes and mostly start up: C1 alone and the serial
 collector took the autoscaler's end-to-end spec from 296 to 198 CPU-seconds (190 s to
 148 s). Not for production: C1 alone made long-running queries about 15% slower in the
 benchmarks, which keep Spark's defaults. conftest.py puts them (with the archive's) in
 ``SPARK_SUBMIT_OPTS``, which Spark's launcher puts before a driver's extraJavaOptions, for
 every process the specs start: CLI commands, the example, Spark Connect servers."""
+
+SHORT_LIVED_OPTIONS = f"{SHORT_LIVED_JAVA_OPTIONS} {ARCHIVE_OPTIONS}".strip()
+"""Those options and the archive's."""
 
 CONTAINER_JAVA_OPTIONS = f"-Xss16m {SHORT_LIVED_OPTIONS}"
 """Containers in end-to-end specs: short-lived, and their stateful queries need the stack."""
