@@ -21,7 +21,7 @@ ARCHIVE_OPTIONS = (
     # The JVM's own warnings (one says so when it cannot use the archive) go to stderr, not
     # into the stdout of the CLI commands the specs read.
     f"-XX:SharedArchiveFile={ARCHIVE} -Xlog:disable -Xlog:all=warning:stderr"
-    if ARCHIVE.is_file()
+    if ARCHIVE.is_file() and not any(c.isspace() for c in str(ARCHIVE))  # options split there
     else ""
 )
 """Map Spark's classes from the archive, when there is one: a session and its first query
