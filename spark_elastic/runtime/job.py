@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from spark_elastic.dataplane.ordered import check_order
-from spark_elastic.errors import ArgumentError, ArgumentTypeError, InputError, JobDefinitionError
+from spark_elastic.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    InputError,
+    JobDefinitionError,
+    SinkError,
+)
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.names import validate_elasticity_factor
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
@@ -37,9 +43,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamReader
 
+    from spark_elastic.state.checkpoint_dir import Fence
     from spark_elastic.state.processor import TaskProcessor
 
 __all__ = [
+    "AT_LEAST_ONCE",
+    "GUARANTEES",
+    "IDEMPOTENT",
+    "TRANSACTIONAL",
     "BatchContext",
     "Job",
     "JobInput",
@@ -49,7 +60,22 @@ __all__ = [
     "Sink",
     "load_job",
     "load_job_and_module",
+    "sink_guarantee",
 ]
+
+AT_LEAST_ONCE = "at-least-once"
+"""A sink's guarantee: after a failover, a move or a restart, the output of the batch the
+old owner was publishing may be published again by its successor (the default)."""
+IDEMPOTENT = "idempotent"
+"""A sink's guarantee: writing a batch's rows again replaces them (an upsert by key, a
+file named by its content), so a replay publishes nothing new; the container does nothing
+more for it than for an at-least-once sink."""
+TRANSACTIONAL = "transactional"
+"""A sink's guarantee: it publishes each batch's rows together with what they cover
+(:attr:`BatchContext.covers`) in one atomic step, and :meth:`Sink.published` reads that
+back. A new owner then publishes nothing for records already covered: output is
+exactly-once (:class:`ParquetSink`, :class:`~spark_elastic.runtime.sinks.KafkaSink`)."""
+GUARANTEES = (AT_LEAST_ONCE, IDEMPOTENT, TRANSACTIONAL)
 
 
 @dataclass(frozen=True)
@@ -608,12 +634,21 @@ class BatchContext:
         commit): it raises :class:`~spark_elastic.errors.FencedError` unless
         the container's lease still allows a write, so a container paused
         mid-write never publishes after its lease expired.
+    covers
+        What the output covers once this batch is published:
+        ``((stream, partition, key_bucket, factor), next_offset)`` for every
+        key bucket of the container's tasks, meaning that every record of
+        that bucket below ``next_offset`` has its output published (by this
+        batch or before it). A :data:`TRANSACTIONAL` sink stores it with the
+        rows, in the same atomic step, and returns the highest from
+        :meth:`Sink.published`.
     """
 
     batch_id: int
     container_id: str
     generation: int
     fence: Callable[[], None]
+    covers: tuple[Fence, ...] = ()
 
 
 @runtime_checkable
@@ -623,8 +658,14 @@ class Sink(Protocol):
     The container checks its lease before it calls :meth:`write`, from inside
     ``foreachBatch``; a sink that can publish atomically should also call
     ``context.fence()`` right before it does (see :class:`ParquetSink`).
-    Output is at-least-once: after a failover the batch the old owner was
-    writing may be written again by the new generation.
+
+    A sink says what it guarantees in a ``guarantee`` attribute, one of
+    :data:`GUARANTEES` (:data:`AT_LEAST_ONCE` when it has none; :class:`Job`
+    refuses anything else). A :data:`TRANSACTIONAL` sink also has
+    ``published()`` (see :meth:`published`): before a new owner's first
+    batch the container reads it and publishes nothing for the records it
+    covers, so each record's output is published once, through failovers,
+    moves, growth, factor changes and restarts.
     """
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
@@ -639,6 +680,46 @@ class Sink(Protocol):
         """
 
 
+def sink_guarantee(sink: object, name: str = "Job.sink") -> str:
+    """What ``sink`` declares it guarantees, checked: one of :data:`GUARANTEES`.
+
+    Parameters
+    ----------
+    sink
+        A :class:`Sink`.
+    name
+        The argument named in an error.
+
+    Returns
+    -------
+    str
+        Its ``guarantee`` (:data:`AT_LEAST_ONCE` when it declares none).
+
+    Raises
+    ------
+    ArgumentError
+        An unknown guarantee, or a :data:`TRANSACTIONAL` sink without a
+        callable ``published``.
+    """
+    guarantee = getattr(sink, "guarantee", AT_LEAST_ONCE)
+    if guarantee not in GUARANTEES:
+        raise ArgumentError.invalid(
+            f"{name}.guarantee", "a sink guarantee", guarantee, list(GUARANTEES)
+        )
+    if guarantee == TRANSACTIONAL and not callable(getattr(sink, "published", None)):
+        raise ArgumentError.invalid(
+            f"{name}.published",
+            "a method returning what the sink published (a transactional sink has one)",
+            getattr(sink, "published", None),
+        )
+    return str(guarantee)
+
+
+PROGRESS_FILE = "_spark_elastic_progress.json"
+"""In each batch directory of a :class:`ParquetSink`: what its rows cover. Spark and
+pyarrow skip names starting with ``_`` when they read the directory as a table."""
+
+
 @dataclass(frozen=True)
 class ParquetSink:
     """Each micro-batch as Parquet under ``path/container=ID/generation=G/batch=B``.
@@ -647,11 +728,25 @@ class ParquetSink:
     ``path/_staging``, then, after ``context.fence()`` passes, one rename
     publishes it. A container paused mid-write (``SIGSTOP``, a long GC) past
     its lease finds the fence closed when it resumes and publishes nothing.
-    A batch retried within a generation replaces its own directory; a batch
-    replayed by the next generation lands in another, so a reader sees
-    at-least-once output and can tell who wrote what
-    (``spark.read.parquet(path)`` gives ``container``, ``generation`` and
-    ``batch`` columns; ``_staging`` is hidden from it).
+    Exactly-once (:data:`TRANSACTIONAL`): the staging directory also holds
+    :data:`PROGRESS_FILE`, what the batch's rows cover (:attr:`BatchContext.covers`),
+    so the rename publishes rows and progress together. A new owner reads
+    :meth:`published` before its first batch and publishes nothing for the
+    records it covers: a batch the old owner published but never committed
+    is applied to state again (a replay) without its output appearing twice.
+    ``spark.read.parquet(path)`` or pandas then give each record's output
+    once, with ``container``, ``generation`` and ``batch`` columns saying
+    who wrote it (``_staging`` and the progress files are hidden from them).
+
+    What it assumes: a container publishes within its lease's write budget
+    of the fence check (a rename takes microseconds; the budget is seconds).
+    A process frozen between the two for longer than the coordinator's
+    margin could publish after its successor read :meth:`published`.
+
+    Cost: one small JSON file per batch, and :meth:`published` lists every
+    batch directory (reading one file per container generation) once per
+    new owner. Delete old generations' directories only together with the
+    checkpoints that led up to them (nothing reads them otherwise).
 
     Attributes
     ----------
@@ -660,6 +755,7 @@ class ParquetSink:
     """
 
     path: str
+    guarantee = TRANSACTIONAL
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str | os.PathLike):
@@ -680,12 +776,55 @@ class ParquetSink:
         target = Path(self.path) / name / f"batch={context.batch_id}"
         staging = Path(self.path) / "_staging" / f"{context.container_id}-{uuid.uuid4().hex}"
         batch.write.parquet(str(staging))
+        covers = [[*key, int(offset)] for key, offset in context.covers]
+        (staging / PROGRESS_FILE).write_text(json.dumps({"covers": covers}), encoding="utf-8")
         context.fence()
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             # A retry of this generation's batch: the old copy goes first (same rows or fewer).
             shutil.rmtree(target)
         os.rename(staging, target)
+
+    def published(self) -> list[Fence]:
+        """Per key bucket, the offset below which every record's output is published.
+
+        Runs on a new owner's driver, once, before its first batch (the old
+        owners can no longer publish). A container generation's batches
+        cover its tasks cumulatively, so its last published batch says all;
+        batches written before the sink recorded progress say nothing.
+
+        Returns
+        -------
+        list
+            ``((stream, partition, key_bucket, factor), next_offset)``, the
+            highest per key bucket, sorted.
+        """
+        best: dict[tuple[str, int, int, int], int] = {}
+        for generation in Path(self.path).glob("container=*/generation=*"):
+            for stream, partition, bucket, factor, offset in _newest_covers(generation):
+                key = (str(stream), int(partition), int(bucket), int(factor))
+                best[key] = max(int(offset), best.get(key, int(offset)))
+        return sorted(best.items())
+
+
+def _newest_covers(generation: Path) -> list[list[Any]]:
+    """The covers of a generation directory's newest batch that has them (none: empty)."""
+    numbered = []
+    for batch in generation.glob("batch=*"):
+        number = batch.name.partition("=")[2]
+        if number.isdigit():
+            numbered.append((int(number), batch))
+    for _, batch in sorted(numbered, reverse=True):
+        try:
+            document = json.loads((batch / PROGRESS_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue  # being replaced by a retry of its batch, or written by an older version
+        except (OSError, ValueError) as exc:
+            path = batch / PROGRESS_FILE
+            raise SinkError(f"{path}: cannot read what its batch covers ({exc})") from None
+        covers: list[list[Any]] = document["covers"]
+        return covers
+    return []
 
 
 @dataclass(frozen=True)
@@ -760,6 +899,7 @@ class Job:
             raise ArgumentTypeError.wrong_type(
                 "Job.sink", "a Sink (an object with write())", self.sink
             )
+        sink_guarantee(self.sink)
         if (self.transform is None) == (self.processor is None):
             raise ArgumentError.invalid(
                 "Job.transform/processor",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, FencedError, SinkError
 from spark_elastic.runtime.job import (
     _AUTHENTICATION_FAILED,
+    AT_LEAST_ONCE,
     BatchContext,
     _bootstrap_servers,
     _check_timeout,
@@ -46,9 +47,10 @@ class KafkaSink:
     only then commits: a container paused past its lease aborts and
     publishes nothing to ``read_committed`` consumers, as :class:`ParquetSink`
     renames nothing. Records are keyed by :attr:`key` and partitioned as
-    Kafka's Java producer does (murmur2). Output is at-least-once, as with
-    every sink: after a failover the batch the old owner was writing may be
-    published again by its successor.
+    Kafka's Java producer does (murmur2). Output is at-least-once
+    (:data:`~spark_elastic.runtime.job.AT_LEAST_ONCE`): after a failover, a
+    batch the old owner committed to Kafka but not to Spark may be published
+    again by its successor.
 
     A row's value is its ``value`` column if the output has one (string or
     binary), else the whole row as JSON (Spark's ``to_json``, so every Spark
@@ -79,6 +81,7 @@ class KafkaSink:
     key: str | None = None
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
+    guarantee = AT_LEAST_ONCE
 
     def __post_init__(self) -> None:
         object.__setattr__(

@@ -56,6 +56,7 @@ __all__ = [
     "CommittedBatch",
     "JobSpec",
     "OwnerLock",
+    "batch_offsets",
     "checkpoint_path",
     "is_fresh",
     "last_batch",
@@ -459,6 +460,20 @@ def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
     if source_batch >= 0:
         conf, offsets = _read_offset_log(offsets_dir / str(source_batch))
     return CommittedBatch(last, committed, offsets, conf)
+
+
+def batch_offsets(checkpoint: str | os.PathLike[str], batch_id: int) -> SourceOffsets:
+    """Where micro-batch ``batch_id`` ends: its source offsets in ``offsets/<batch_id>``.
+
+    Spark writes the entry before the batch runs, so a sink may read it while
+    it writes the batch (driver, once per batch).
+
+    Raises
+    ------
+    CheckpointError
+        The entry is missing or unreadable.
+    """
+    return _read_offset_log(checkpoint_path(checkpoint) / "offsets" / str(batch_id))[1]
 
 
 def _batch_ids(offsets_dir: Path) -> list[int]:

@@ -5,7 +5,10 @@ its committed prefix (:mod:`.generations`); one that takes tasks from
 several, or some of one's, adopts the snapshot it followed
 (:mod:`.follow`) or rescales their committed checkpoints to its tasks
 (:func:`~spark_elastic.rescale` with ``tasks``). A stateless one starts a
-fresh checkpoint where its predecessors stopped.
+fresh checkpoint where its predecessors stopped. With a transactional sink,
+what the earlier owners published (:func:`_fence_published`) becomes output
+fences: records below them are applied (stateful) or passed over
+(stateless) without their output being published again.
 """
 
 from __future__ import annotations
@@ -18,16 +21,49 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_elastic.runtime.container.console import _log
-from spark_elastic.runtime.container.follow import take_snapshot
+from spark_elastic.runtime.container.follow import highest, take_snapshot
 from spark_elastic.runtime.container.generations import fork_committed
 from spark_elastic.runtime.container.query import needed_partitions
+from spark_elastic.runtime.job import TRANSACTIONAL, Job, sink_guarantee
 from spark_elastic.runtime.protocol import ContainerModel
-from spark_elastic.state.checkpoint_dir import fences_path, read_fences, write_fences
+from spark_elastic.state.checkpoint_dir import Fence, fences_path, read_fences, write_fences
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_elastic.model.plan import JobPlan
+
+
+def published_fences(job: Job, plan: JobPlan, tasks: tuple[str, ...]) -> list[Fence]:
+    """What earlier owners published of the partitions ``tasks`` read (transactional sinks).
+
+    Runs on the driver once the container owns ``tasks``, before its first
+    batch: the old owners can no longer publish (they stopped, or their
+    lease ended), so what the sink says it published is final.
+    """
+    if sink_guarantee(job.sink) != TRANSACTIONAL:
+        return []
+    needed = needed_partitions(plan, tasks)
+    published: list[Fence] = job.sink.published()  # type: ignore[attr-defined]
+    return [f for f in highest(published) if f[0][1] in needed.get(f[0][0], ())]
+
+
+def _fence_published(job: Job, plan: JobPlan, mine: ContainerModel) -> list[Fence]:
+    """Make what earlier owners published this generation's output fences.
+
+    A stateful generation gets them in its checkpoint's fences (the processor
+    applies a record below its key's fence to state and emits nothing);
+    a stateless one gets them back, for its query to leave those records out.
+    Runs on the driver, once, after :func:`_prepare_checkpoint`.
+    """
+    fences = published_fences(job, plan, mine.tasks)
+    if not fences:
+        return []
+    _log(f"the sink has output of {len(fences)} key buckets' records already: fenced")
+    if job.processor is None:
+        return fences
+    write_fences(mine.checkpoint, highest([*read_fences(fences_path(mine.checkpoint)), *fences]))
+    return []
 
 
 def _prepare_checkpoint(
@@ -45,7 +81,8 @@ def _prepare_checkpoint(
     A stateless one starts a fresh checkpoint where its predecessors stopped:
     for each partition its tasks read, the lowest offset any of them
     committed (two predecessors may have read one partition for different
-    tasks; output is at-least-once), and the earliest offset for a partition
+    tasks: records read again publish nothing with a transactional sink, see
+    :func:`_fence_published`), and the earliest offset for a partition
     none of them read (a new one, after growth).
     """
     target = Path(mine.checkpoint)

@@ -15,13 +15,13 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ProtocolError
 from spark_elastic.runtime.container.console import EXIT_FENCED, _log
 from spark_elastic.runtime.container.settings import ContainerSettings
-from spark_elastic.runtime.job import BatchContext, Job
+from spark_elastic.runtime.job import TRANSACTIONAL, BatchContext, Job, sink_guarantee
 from spark_elastic.runtime.lease import RESTART_TOLERANCE_S, ContainerLease
 from spark_elastic.runtime.protocol import ContainerModel, ProgressReport, TaskProgress
 
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from spark_elastic.model.plan import JobPlan
+    from spark_elastic.state.checkpoint_dir import Fence
 
-__all__ = ["build_report", "needed_partitions"]
+__all__ = ["build_report", "covers", "needed_partitions"]
 
 READ_METRIC = "spark_elastic_read"
 OWN_METRIC = "spark_elastic_own"
@@ -104,6 +105,40 @@ def needed_partitions(plan: JobPlan, tasks: tuple[str, ...]) -> dict[str, list[i
     return {topic: sorted(parts) for topic, parts in sorted(needed.items())}
 
 
+def covers(
+    plan: JobPlan, tasks: Sequence[str], offsets: Mapping[str, Mapping[str, int]]
+) -> tuple[Fence, ...]:
+    """What a batch's output covers: each task's key bucket up to the batch's end offsets.
+
+    Parameters
+    ----------
+    plan
+        The job's plan at the tasks' factor.
+    tasks
+        The container's tasks.
+    offsets
+        The batch's end offsets, ``{"topic": {"partition": next offset}}``.
+
+    Returns
+    -------
+    tuple
+        ``((stream, partition, key_bucket, factor), next_offset)`` per task and
+        partition it reads that the offsets name, sorted.
+    """
+    from spark_elastic.model.names import TaskName
+
+    ids = {name: i for i, name in enumerate(plan.task_names())}
+    out = set()
+    for name in tasks:
+        bucket = TaskName.parse(name).key_bucket
+        for ssp in plan.task(ids[name]).partitions:
+            end = offsets.get(ssp.stream, {}).get(str(ssp.partition))
+            if end is not None:
+                key = (ssp.stream, ssp.partition, bucket, plan.elasticity_factor)
+                out.add((key, int(end)))
+    return tuple(sorted(out))
+
+
 def _output(
     spark: SparkSession,
     job: Job,
@@ -111,8 +146,14 @@ def _output(
     mine: ContainerModel,
     starts: Mapping[str, Mapping[str, int]] | None = None,
     gate: str | None = None,
+    quiet: Sequence[Fence] = (),
 ) -> DataFrame:
-    """The container's streaming output over its tasks (driver, once per query)."""
+    """The container's streaming output over its tasks (driver, once per query).
+
+    ``quiet``: a stateless job's records whose output an earlier owner
+    published (a transactional sink's :meth:`~spark_elastic.runtime.job.Sink.published`);
+    they are counted as processed and given to no transform.
+    """
     from pyspark.sql import functions as F
 
     # The embedded log's source and Spark's kafka source get the same options.
@@ -145,11 +186,31 @@ def _output(
         routed = records.transform(
             with_virtual_tasks(plan=plan, hash=job.hash, route=False)  # type: ignore[arg-type]
         ).filter(F.col("virtual_task").isin(list(mine.tasks)))
-        routed = routed.observe(OWN_METRIC, F.count(F.lit(1)).alias("own")).repartition(
-            VirtualTaskRouting.of(plan).task_count, "routing_key"
+        routed = routed.observe(OWN_METRIC, F.count(F.lit(1)).alias("own"))
+        if quiet:
+            routed = routed.filter(~_below(quiet, job.hash))
+        output = job.transform(
+            routed.repartition(VirtualTaskRouting.of(plan).task_count, "routing_key")
         )
-        output = job.transform(routed)
     return output
+
+
+def _below(fences: Sequence[Fence], hash: str) -> Any:
+    """A Column: is the row below its key bucket's fence (its output published already)?"""
+    from pyspark.sql import functions as F
+
+    from spark_elastic.dataplane.buckets import key_slot
+
+    slot = key_slot(hash)  # type: ignore[arg-type]
+    below = F.lit(False)
+    for (stream, partition, bucket, factor), offset in fences:
+        below = below | (
+            (F.col("topic") == stream)
+            & (F.col("partition") == partition)
+            & (slot % factor == bucket)
+            & (F.col("offset") < offset)
+        )
+    return below
 
 
 def _start_query(
@@ -162,15 +223,20 @@ def _start_query(
     starts: Mapping[str, Mapping[str, int]] | None = None,
     gate: str | None = None,
     live: threading.Event | None = None,
+    quiet: Sequence[Fence] = (),
 ) -> StreamingQuery:
     """Build and start the container's query. Runs on the driver, once per container.
 
     A replaying warm-up passes its ``gate`` file and a ``live`` event that
     is set once it owns its tasks: until then every batch is computed (its
-    state must advance) into Spark's no-op sink, not the job's.
+    state must advance) into Spark's no-op sink, not the job's. A stateless
+    query leaves out the ``quiet`` records (see :func:`_output`).
     """
-    output = _output(spark, job, plan, mine, starts, gate)
+    from spark_elastic.state.checkpoint_dir import batch_offsets
+
+    output = _output(spark, job, plan, mine, starts, gate, quiet)
     sink, container_id, generation = job.sink, mine.container_id, mine.generation
+    transactional = sink_guarantee(sink) == TRANSACTIONAL
     # A write waits for a renewal through a coordinator restart (its lease lapsed meanwhile).
     wait_s = max(settings.shutdown_s, RESTART_TOLERANCE_S + settings.heartbeat_s * 2)
 
@@ -189,7 +255,13 @@ def _start_query(
         def fence() -> None:
             lease.await_write(what, wait_s)
 
-        sink.write(batch, BatchContext(batch_id, container_id, generation, fence))
+        # Spark wrote the batch's end offsets before running it: what its output covers.
+        covered = (
+            covers(plan, mine.tasks, batch_offsets(mine.checkpoint, batch_id))
+            if transactional
+            else ()
+        )
+        sink.write(batch, BatchContext(batch_id, container_id, generation, fence, covered))
 
     return (
         output.writeStream.foreachBatch(write_batch)

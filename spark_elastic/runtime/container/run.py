@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_elastic.errors import ProtocolError
-from spark_elastic.runtime.container.checkpoint import _prepare_checkpoint
+from spark_elastic.runtime.container.checkpoint import _fence_published, _prepare_checkpoint
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
 from spark_elastic.runtime.container.follow import drop_snapshot
@@ -185,7 +185,8 @@ def _run_container(
         if spark is None:
             spark = _job_session(job, module, settings)
         starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
-        query = _start_query(spark, job, plan, mine, lease, settings, starts)
+        quiet = _fence_published(job, plan, mine)
+        query = _start_query(spark, job, plan, mine, lease, settings, starts, quiet=quiet)
         started.append(query)
     _log(
         f"running tasks {', '.join(mine.tasks)} in generation {mine.generation} "

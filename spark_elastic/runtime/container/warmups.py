@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ProtocolError
 from spark_elastic.log.gate import read_gate, write_gate
-from spark_elastic.runtime.container.checkpoint import _rescaled_starts
+from spark_elastic.runtime.container.checkpoint import _rescaled_starts, published_fences
 from spark_elastic.runtime.container.client import CoordinatorClient
 from spark_elastic.runtime.container.console import _log
 from spark_elastic.runtime.container.follow import (
@@ -367,9 +367,14 @@ class _Replayer:
         )
 
     def take_over(self, mine: ContainerModel, model: JobModel) -> StreamingQuery:
-        """Own the tasks: the old owners' final offsets become the fences, the gate lifts."""
+        """Own the tasks: the old owners' final offsets become the fences, the gate lifts.
+
+        With a transactional sink, what the sink says they published counts
+        too: an owner killed after publishing a batch, before committing it.
+        """
         assert self.query is not None  # noqa: S101 - a replaying warm-up registers after start
-        self._raise(source_fences(mine.sources, self._plan_at(model)))
+        published = published_fences(self.job, self.plan, mine.tasks)
+        self._raise([*source_fences(mine.sources, self._plan_at(model)), *published])
         self.live.set()
         write_gate(self.gate, None)
         _log(f"took over {len(mine.tasks)} tasks in the query that replayed them")

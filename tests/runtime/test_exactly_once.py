@@ -1,0 +1,253 @@
+"""A transactional sink's output is exactly-once: a new owner publishes nothing already published.
+
+A container generation runs the job's query as a container does
+(``_start_query``), and dies at a point of its publish: before the staging,
+after the publishing rename but before Spark commits the batch, or after the
+commit. The next generation takes its tasks over as a container does (a
+fork of the committed prefix, or a rescale to a split), reads what the sink
+published, and runs to the end. Spark then reads each record's output once
+from the sink's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from key_counts import Count, produce
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, Job, LogInput, ParquetSink
+from spark_elastic.errors import ArgumentError, SinkError
+from spark_elastic.log.source import register_log_source
+from spark_elastic.runtime.container import ContainerSettings
+from spark_elastic.runtime.container.checkpoint import _fence_published, _prepare_checkpoint
+from spark_elastic.runtime.container.generations import last_committed_batch
+from spark_elastic.runtime.container.query import _start_query, covers
+from spark_elastic.runtime.growth import grown_plan
+from spark_elastic.runtime.job import (
+    AT_LEAST_ONCE,
+    PROGRESS_FILE,
+    TRANSACTIONAL,
+    BatchContext,
+    sink_guarantee,
+)
+from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
+from spark_elastic.runtime.protocol import ContainerModel
+
+pytestmark = pytest.mark.slow
+
+RECORDS = 400
+PARTITIONS = {"clicks": 2}
+FACTOR_2 = ("Partition 0_0_2", "Partition 0_1_2", "Partition 1_0_2", "Partition 1_1_2")
+FACTOR_4 = tuple(f"Partition {p}_{b}_4" for p in range(2) for b in range(4))
+
+
+class KilledError(Exception):
+    """The container died here (an exception in foreachBatch leaves the batch uncommitted)."""
+
+
+@dataclass(frozen=True)
+class DyingSink(ParquetSink):
+    """A ParquetSink whose container dies at one point of batch ``at``'s publish."""
+
+    point: str = ""
+    at: int = -1
+
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
+        if context.batch_id == self.at and self.point == "before the staging":
+            raise KilledError(self.point)
+        super().write(batch, context)
+        if context.batch_id == self.at and self.point == "after the rename":
+            raise KilledError(self.point)
+
+
+def stateless(df: DataFrame) -> DataFrame:
+    return df.selectExpr("CAST(key AS STRING) AS key", "partition", "offset")
+
+
+def make_job(log: EmbeddedLog, root: Path, sink: ParquetSink, stateful: bool) -> Job:
+    return Job(
+        "exact",
+        LogInput(str(log.path), ("clicks",), max_records_per_batch=100),
+        2,
+        str(root / "checkpoints"),
+        sink,
+        processor=Count() if stateful else None,
+        transform=None if stateful else stateless,
+        trigger_interval="100 milliseconds",
+    )
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> EmbeddedLog:
+    log = EmbeddedLog(tmp_path / "log")
+    log.create_topic("clicks", 2)
+    produce(log, 0, RECORDS)
+    return log
+
+
+def lease() -> ContainerLease:
+    held = ContainerLease(LeaseTerms(lease_s=3600.0, margin_s=1.0, write_budget_s=1.0))
+    held.renew(time.monotonic(), 3_600_000)
+    return held
+
+
+def run_generation(
+    spark: SparkSession, job: Job, mine: ContainerModel, until: Callable[[], bool] | None = None
+) -> None:
+    """Run one container generation's query: to its death, to ``until``, or to the end."""
+    plan = grown_plan(job.grouper, 4 if mine.tasks == FACTOR_4 else 2, PARTITIONS, PARTITIONS)
+    starts = _prepare_checkpoint(mine, plan, job.stateful, spark)
+    quiet = _fence_published(job, plan, mine)
+    settings = ContainerSettings(mine.container_id, "http://127.0.0.1:1", "unused")
+    query = _start_query(spark, job, plan, mine, lease(), settings, starts, quiet=quiet)
+    try:
+        if until is None:
+            query.processAllAvailable()
+            return
+        deadline = time.monotonic() + 120
+        while query.isActive and not until() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert until(), "the generation never reached its death"
+    finally:
+        query.stop()
+
+
+def expected_rows(spark: SparkSession, log: EmbeddedLog, stateful: bool) -> DataFrame:
+    """Each record's output once: what a single pass over the log gives."""
+    if stateful:
+        keys = [f"user-{i % 13}" for i in range(RECORDS)]
+        rows = [(k, n) for k in sorted(set(keys)) for n in range(1, keys.count(k) + 1)]
+        return spark.createDataFrame(rows, "key string, n long")
+    register_log_source(spark)
+    records = (
+        spark.read.format(LOG_SOURCE_FORMAT)
+        .option("path", str(log.path))
+        .option("subscribe", "clicks")
+        .load()
+    )
+    return stateless(records)
+
+
+def assert_each_record_published_once(
+    spark: SparkSession, log: EmbeddedLog, out: Path, stateful: bool
+) -> None:
+    """What a reader of the sink's directory gets (without the writer's columns), row for
+    row, repeats included, is what a single pass over the log gives."""
+    columns = ["key", "n"] if stateful else ["key", "partition", "offset"]
+    assert_df_equality(
+        spark.read.parquet(str(out)).select(*columns),
+        expected_rows(spark, log, stateful),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+@pytest.mark.parametrize("point", ["before the staging", "after the rename", "after the commit"])
+def test_a_new_owner_publishes_each_record_once_whatever_point_the_old_one_died_at(
+    spark: SparkSession, log: EmbeddedLog, tmp_path: Path, point: str, stateful: bool
+) -> None:
+    out = tmp_path / "out"
+    old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
+    dying = make_job(log, tmp_path, DyingSink(str(out), point, at=2), stateful)
+    if point == "after the commit":
+        run_generation(spark, dying, old, lambda: last_committed_batch(old.checkpoint) >= 2)
+    else:
+        with pytest.raises(Exception, match=point):
+            run_generation(spark, dying, old)
+        assert last_committed_batch(old.checkpoint) == 1
+    if point == "after the rename":
+        # Published but never committed: the window an at-least-once sink replays.
+        assert (out / "container=c1" / "generation=1" / "batch=2" / PROGRESS_FILE).is_file()
+
+    new = ContainerModel("c2", FACTOR_2, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
+    run_generation(spark, make_job(log, tmp_path, ParquetSink(str(out)), stateful), new)
+
+    assert_each_record_published_once(spark, log, out, stateful)
+
+
+def test_a_split_of_an_owner_that_died_after_its_rename_publishes_each_record_once(
+    spark: SparkSession, log: EmbeddedLog, tmp_path: Path
+) -> None:
+    # The old owner's progress is at factor 2, the new owner's buckets at factor 4: each
+    # fence covers the two buckets that split from it.
+    out = tmp_path / "out"
+    old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
+    with pytest.raises(Exception, match="after the rename"):
+        run_generation(
+            spark, make_job(log, tmp_path, DyingSink(str(out), "after the rename", 2), True), old
+        )
+    new = ContainerModel("c2", FACTOR_4, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
+    run_generation(spark, make_job(log, tmp_path, ParquetSink(str(out)), True), new)
+
+    assert_each_record_published_once(spark, log, out, stateful=True)
+
+
+def test_published_is_the_newest_batch_of_each_generation_and_the_highest_per_bucket(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    sink = ParquetSink(str(tmp_path / "out"))
+    rows = spark.createDataFrame([("a", 1)], "key string, n long")
+    bucket = ("clicks", 0, 1, 2)
+
+    def write(container: str, generation: int, batch: int, offset: int) -> None:
+        covered = ((bucket, offset),)
+        sink.write(rows, BatchContext(batch, container, generation, lambda: None, covered))
+
+    assert sink.published() == []
+    write("c1", 1, 0, 40)
+    write("c1", 1, 1, 80)
+    write("c2", 2, 0, 60)  # a successor that replayed up to 60 so far
+    assert sink.published() == [(bucket, 80)]
+    # A batch left in staging (its fence closed, or the process died first) says nothing.
+    left = tmp_path / "out" / "_staging" / "c3-0123"
+    left.mkdir()
+    (left / PROGRESS_FILE).write_text(json.dumps({"covers": [[*bucket, 999]]}))
+    assert sink.published() == [(bucket, 80)]
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 3
+
+
+def test_a_progress_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    batch = tmp_path / "out" / "container=c1" / "generation=1" / "batch=0"
+    batch.mkdir(parents=True)
+    (batch / PROGRESS_FILE).write_text("{not json")
+    with pytest.raises(SinkError, match=r"batch=0/_spark_elastic_progress\.json: cannot read"):
+        ParquetSink(str(tmp_path / "out")).published()
+
+
+def test_the_covers_of_a_batch_are_each_task_bucket_up_to_its_end_offsets() -> None:
+    plan = grown_plan("partition", 2, PARTITIONS, PARTITIONS)
+    offsets = {"clicks": {"0": 17, "1": 5}}
+    assert covers(plan, ("Partition 1_1_2", "Partition 0_0_2"), offsets) == (
+        (("clicks", 0, 0, 2), 17),
+        (("clicks", 1, 1, 2), 5),
+    )
+    assert covers(plan, ("Partition 1_1_2",), {"clicks": {"0": 3}}) == ()
+
+
+class Declared:
+    def __init__(self, guarantee: str, published: object = None) -> None:
+        self.guarantee = guarantee
+        if published is not None:
+            self.published = published
+
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
+        raise NotImplementedError
+
+
+def test_a_sink_declares_its_guarantee_and_a_transactional_one_says_what_it_published() -> None:
+    assert sink_guarantee(ParquetSink("/data/out")) == TRANSACTIONAL
+    assert sink_guarantee(object()) == AT_LEAST_ONCE  # nothing declared
+    assert sink_guarantee(Declared("idempotent")) == "idempotent"
+    assert sink_guarantee(Declared(TRANSACTIONAL, published=list)) == TRANSACTIONAL
+    with pytest.raises(ArgumentError, match=r"Job\.sink\.guarantee: expected a sink guarantee"):
+        sink_guarantee(Declared("exactly-twice"))
+    with pytest.raises(ArgumentError, match=r"Job\.sink\.published: expected a method"):
+        sink_guarantee(Declared(TRANSACTIONAL))
