@@ -102,7 +102,7 @@ class RunningJob:
             if c.get("state") == "running" and c.get("pid")
         }
 
-    def output_rows(self) -> set[tuple[str, int, int, int]]:
+    def output_rows(self) -> list[tuple[str, int, int, int]]:
         return output_rows(self.root / "out")
 
     def takeovers(self) -> dict[str, str]:
@@ -140,20 +140,24 @@ class RunningJob:
             launcher.kill(pid, container_id, signal.SIGKILL)
 
 
-def output_rows(out: Path) -> set[tuple[str, int, int, int]]:
-    """Rows of every completed batch directory (those with Spark's _SUCCESS marker)."""
+def output_rows(out: Path) -> list[tuple[str, int, int, int]]:
+    """Rows of every completed batch directory (those with Spark's _SUCCESS marker), sorted.
+
+    A list, not a set: a record whose output was published twice shows twice, and the
+    stories compare it with :func:`key_ordered_counts` row for row (exactly-once output).
+    """
     import pyarrow.parquet as pq
 
-    rows: set[tuple[str, int, int, int]] = set()
+    rows: list[tuple[str, int, int, int]] = []
     for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
         with contextlib.suppress(FileNotFoundError):  # overwritten by a retried batch meanwhile
             table = pq.read_table(success.parent).to_pydict()
-            rows.update(
+            rows.extend(
                 zip(
                     table["user"], table["clicks"], table["partition"], table["offset"], strict=True
                 )
             )
-    return rows
+    return sorted(rows)
 
 
 def produce(log: EmbeddedLog, start: int, count: int) -> None:
@@ -262,7 +266,7 @@ def published_batches(out: Path, container_id: str) -> set[str]:
 
 def counts_in_key_order(
     spark: SparkSession, root: Path, planned: int
-) -> set[tuple[str, int, int, int]]:
+) -> list[tuple[str, int, int, int]]:
     """The click-count rows of a job that kept each key's order across growth, on the log.
 
     See :func:`key_ordered_counts`; the records are the embedded log's under ``root``.
@@ -284,8 +288,8 @@ def counts_in_key_order(
 
 def key_ordered_counts(
     records: Iterable[tuple[bytes, int, int]], planned: int
-) -> set[tuple[str, int, int, int]]:
-    """The click-count rows of a single key-ordered pass over ``(key, partition, offset)``.
+) -> list[tuple[str, int, int, int]]:
+    """The click-count rows of a single key-ordered pass over ``(key, partition, offset)``, sorted.
 
     A key's records in its old partition (below ``planned``) come first, then
     those in its new partition, each in offset order; its running count at a
@@ -294,8 +298,8 @@ def key_ordered_counts(
     by_key: dict[str, list[tuple[bool, int, int]]] = {}
     for key, partition, offset in records:
         by_key.setdefault(key.decode(), []).append((partition >= planned, offset, partition))
-    return {
+    return sorted(
         (user, count, partition, offset)
         for user, seq in by_key.items()
         for count, (_, offset, partition) in enumerate(sorted(seq), start=1)
-    }
+    )
