@@ -641,7 +641,12 @@ class BatchContext:
         that bucket below ``next_offset`` has its output published (by this
         batch or before it). A :data:`TRANSACTIONAL` sink stores it with the
         rows, in the same atomic step, and returns the highest from
-        :meth:`Sink.published`.
+        :meth:`Sink.published`. Empty for other sinks.
+    job
+        The job's name.
+    tasks
+        The container's tasks (a transactional Kafka producer's id is made of
+        them, so a successor with the same tasks fences a zombie in the broker).
     """
 
     batch_id: int
@@ -649,6 +654,8 @@ class BatchContext:
     generation: int
     fence: Callable[[], None]
     covers: tuple[Fence, ...] = ()
+    job: str = ""
+    tasks: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -662,10 +669,14 @@ class Sink(Protocol):
     A sink says what it guarantees in a ``guarantee`` attribute, one of
     :data:`GUARANTEES` (:data:`AT_LEAST_ONCE` when it has none; :class:`Job`
     refuses anything else). A :data:`TRANSACTIONAL` sink also has
-    ``published()`` (see :meth:`published`): before a new owner's first
-    batch the container reads it and publishes nothing for the records it
-    covers, so each record's output is published once, through failovers,
-    moves, growth, factor changes and restarts.
+    ``published(job, tasks)``: before a new owner's first batch the
+    container calls it and publishes nothing for the records it says are
+    covered, so each record's output is published once, through failovers,
+    moves, growth, factor changes and restarts. It returns
+    ``((stream, partition, key_bucket, factor), next_offset)`` entries, the
+    highest :attr:`BatchContext.covers` it published per key bucket, for
+    the job named ``job``; ``tasks`` are the new owner's (a sink may fence
+    their earlier writers first, as a Kafka transactional producer does).
     """
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
@@ -678,6 +689,12 @@ class Sink(Protocol):
         context
             Batch id, writer, and the fence to call before publishing.
         """
+
+
+def _check_guarantee(name: str, value: object, choices: Sequence[str]) -> None:
+    """One of the guarantees a sink can give, or one line naming them."""
+    if value not in choices:
+        raise ArgumentError.invalid(name, "a guarantee this sink gives", value, list(choices))
 
 
 def sink_guarantee(sink: object, name: str = "Job.sink") -> str:
@@ -752,15 +769,19 @@ class ParquetSink:
     ----------
     path
         The output directory, on a local file system every container sees.
+    guarantee
+        :data:`TRANSACTIONAL` (default), or :data:`AT_LEAST_ONCE`: no
+        progress file, and a successor may publish a batch again.
     """
 
     path: str
-    guarantee = TRANSACTIONAL
+    guarantee: str = TRANSACTIONAL
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str | os.PathLike):
             raise ArgumentTypeError.wrong_type("ParquetSink.path", "a directory path", self.path)
         object.__setattr__(self, "path", os.fspath(self.path))
+        _check_guarantee("ParquetSink.guarantee", self.guarantee, (TRANSACTIONAL, AT_LEAST_ONCE))
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
         """Write one micro-batch (container driver, once per batch).
@@ -776,8 +797,9 @@ class ParquetSink:
         target = Path(self.path) / name / f"batch={context.batch_id}"
         staging = Path(self.path) / "_staging" / f"{context.container_id}-{uuid.uuid4().hex}"
         batch.write.parquet(str(staging))
-        covers = [[*key, int(offset)] for key, offset in context.covers]
-        (staging / PROGRESS_FILE).write_text(json.dumps({"covers": covers}), encoding="utf-8")
+        if self.guarantee == TRANSACTIONAL:
+            covers = [[*key, int(offset)] for key, offset in context.covers]
+            (staging / PROGRESS_FILE).write_text(json.dumps({"covers": covers}), encoding="utf-8")
         context.fence()
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
@@ -785,13 +807,18 @@ class ParquetSink:
             shutil.rmtree(target)
         os.rename(staging, target)
 
-    def published(self) -> list[Fence]:
+    def published(self, job: str = "", tasks: Sequence[str] = ()) -> list[Fence]:
         """Per key bucket, the offset below which every record's output is published.
 
         Runs on a new owner's driver, once, before its first batch (the old
         owners can no longer publish). A container generation's batches
         cover its tasks cumulatively, so its last published batch says all;
         batches written before the sink recorded progress say nothing.
+
+        Parameters
+        ----------
+        job, tasks
+            The job and the new owner's tasks (unused: the directory is the job's).
 
         Returns
         -------

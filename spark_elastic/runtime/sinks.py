@@ -2,7 +2,9 @@
 
 Owns writing a micro-batch's rows to Kafka in one transaction that becomes
 visible only after the container's lease check (``context.fence()``), as
-:class:`~spark_elastic.runtime.job.ParquetSink`'s rename does.
+:class:`~spark_elastic.runtime.job.ParquetSink`'s rename does, with a record
+of what the batch covers in the same transaction (exactly-once, as Kafka
+Streams' ``exactly_once_v2`` commits its offsets with its output).
 
 May import :mod:`spark_elastic.errors` and :mod:`spark_elastic.runtime.job`
 (the :class:`~spark_elastic.runtime.job.BatchContext` a sink is given);
@@ -12,10 +14,12 @@ a ``KafkaSink`` loads neither in the coordinator.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +27,26 @@ from spark_elastic.errors import ArgumentError, ArgumentTypeError, FencedError, 
 from spark_elastic.runtime.job import (
     _AUTHENTICATION_FAILED,
     AT_LEAST_ONCE,
+    TRANSACTIONAL,
     BatchContext,
     _bootstrap_servers,
+    _check_guarantee,
     _check_timeout,
     _client_options,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from spark_elastic.state.checkpoint_dir import Fence
+
+PROGRESS_SUFFIX = ".spark-elastic-progress"
+"""A :class:`KafkaSink`'s progress topic is its output topic's name with this suffix."""
+
+TRANSACTION_TIMEOUT_MS = 60_000
+"""The producers' ``transaction.timeout.ms`` (librdkafka's default, stated): a container
+killed mid-transaction under a transactional id no successor takes holds back
+``read_committed`` readers of its partitions until the broker aborts it, this long."""
 
 # One transactional producer per (servers, transactional id) in a container's driver: a
 # producer's init_transactions is a round trip to the transaction coordinator, once.
@@ -47,10 +63,22 @@ class KafkaSink:
     only then commits: a container paused past its lease aborts and
     publishes nothing to ``read_committed`` consumers, as :class:`ParquetSink`
     renames nothing. Records are keyed by :attr:`key` and partitioned as
-    Kafka's Java producer does (murmur2). Output is at-least-once
-    (:data:`~spark_elastic.runtime.job.AT_LEAST_ONCE`): after a failover, a
-    batch the old owner committed to Kafka but not to Spark may be published
-    again by its successor.
+    Kafka's Java producer does (murmur2).
+
+    Exactly-once (:data:`~spark_elastic.runtime.job.TRANSACTIONAL`, the
+    default): the transaction also holds one record of the progress topic
+    (:attr:`progress_topic`, compacted, made when missing) saying what the
+    batch covers (:attr:`~spark_elastic.runtime.job.BatchContext.covers`),
+    keyed by job, container and generation. A new owner reads it back
+    (:meth:`published`, ``read_committed``) before its first batch and
+    publishes nothing for the records it covers. The transactional id is
+    made of the job and the container's tasks, so a successor that takes a
+    zombie's tasks (a failover) fences it in the broker too: its
+    ``init_transactions`` aborts the zombie's open transaction, and the
+    zombie's commit fails. With
+    :data:`~spark_elastic.runtime.job.AT_LEAST_ONCE` there is no progress
+    record, each container has its own transactional id, and a batch the old
+    owner committed to Kafka but not to Spark may be published again.
 
     A row's value is its ``value`` column if the output has one (string or
     binary), else the whole row as JSON (Spark's ``to_json``, so every Spark
@@ -70,6 +98,12 @@ class KafkaSink:
         ``bootstrap.servers`` and ``transactional.id``.
     timeout_s
         Bound on each transaction step (init, commit, abort).
+    guarantee
+        :data:`~spark_elastic.runtime.job.TRANSACTIONAL` (default) or
+        :data:`~spark_elastic.runtime.job.AT_LEAST_ONCE`.
+    progress_topic
+        Where the progress records go (default: the topic's name and
+        :data:`PROGRESS_SUFFIX`); several jobs may share it.
 
     Runs on the container's driver, once per micro-batch; the batch is
     collected there (``DataFrame.toArrow``), so a batch must fit the
@@ -81,7 +115,8 @@ class KafkaSink:
     key: str | None = None
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
-    guarantee = AT_LEAST_ONCE
+    guarantee: str = TRANSACTIONAL
+    progress_topic: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -104,6 +139,17 @@ class KafkaSink:
             )
         object.__setattr__(self, "kafka_options", options)
         _check_timeout("KafkaSink.timeout_s", self.timeout_s)
+        _check_guarantee("KafkaSink.guarantee", self.guarantee, (TRANSACTIONAL, AT_LEAST_ONCE))
+        if not isinstance(self.progress_topic, str):
+            raise ArgumentTypeError.wrong_type(
+                "KafkaSink.progress_topic", "a topic name", self.progress_topic
+            )
+        if not self.progress_topic:
+            object.__setattr__(self, "progress_topic", self.topic + PROGRESS_SUFFIX)
+        elif self.progress_topic == self.topic:
+            raise ArgumentError.invalid(
+                "KafkaSink.progress_topic", "a topic other than the output's", self.progress_topic
+            )
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
         """Publish one micro-batch (container driver, once per batch).
@@ -124,11 +170,20 @@ class KafkaSink:
             records or the transaction (the cause in one line).
         """
         records = list(self._records(batch))
-        producer = self._producer(context.container_id)
+        transactional_id = self._tid(context.job, context.tasks, context.container_id)
+        producer = self._producer(transactional_id)
         try:
             producer.begin_transaction()
             for key, value in records:
-                self._produce(producer, key, value)
+                self._produce(producer, self.topic, key, value)
+            if self.guarantee == TRANSACTIONAL:
+                progress = {"covers": [[*key, int(offset)] for key, offset in context.covers]}
+                self._produce(
+                    producer,
+                    self.progress_topic,
+                    f"{context.job}/{context.container_id}/{context.generation}".encode(),
+                    json.dumps(progress).encode(),
+                )
             # Everything sent before the lease check, so that only the commit's round trip
             # lies between the check and the batch becoming visible (the write budget).
             unsent = producer.flush(self.timeout_s)
@@ -137,10 +192,10 @@ class KafkaSink:
             context.fence()
             producer.commit_transaction(self.timeout_s)
         except FencedError:
-            self._abort(producer, context.container_id)
+            self._abort(producer, transactional_id)
             raise
         except Exception as exc:
-            self._abort(producer, context.container_id)
+            self._abort(producer, transactional_id)
             raise SinkError(
                 f"KafkaSink: batch {context.batch_id} of {context.container_id} was not "
                 f"published to {self.topic!r} on {self.bootstrap_servers}: {_first_line(exc)}"
@@ -162,11 +217,97 @@ class KafkaSink:
         for k, v in zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True):
             yield _bytes(k), _bytes(v)  # a null value is a tombstone, as Kafka has it
 
-    def _produce(self, producer: Any, key: bytes | None, value: bytes | None) -> None:
+    def published(self, job: str, tasks: Sequence[str]) -> list[Fence]:
+        """Per key bucket, the offset below which every record's output of ``job`` is published.
+
+        Runs on a new owner's driver, once, before its first batch. It first
+        starts its own transactional producer (the id of ``job`` and
+        ``tasks``): the broker aborts a transaction a zombie with the same
+        tasks left open and fences its producer. Then it reads the progress
+        topic to its end with ``read_committed``: the newest record of each
+        container generation of ``job``, the highest per key bucket.
+
+        Parameters
+        ----------
+        job
+            The job's name.
+        tasks
+            The new owner's tasks.
+
+        Returns
+        -------
+        list
+            ``((stream, partition, key_bucket, factor), next_offset)``, sorted.
+
+        Raises
+        ------
+        SinkError
+            The progress topic could not be read to its end in time (one line).
+        """
+        self._producer(self._tid(job, tasks, ""))
+        newest: dict[bytes, bytes] = {}
+        for key, value in self._progress_records():
+            if key is not None and key.startswith(f"{job}/".encode()) and value is not None:
+                newest[key] = value
+        best: dict[tuple[str, int, int, int], int] = {}
+        for value in newest.values():
+            for stream, partition, bucket, factor, offset in json.loads(value)["covers"]:
+                bucket_key = (str(stream), int(partition), int(bucket), int(factor))
+                best[bucket_key] = max(int(offset), best.get(bucket_key, int(offset)))
+        return sorted(best.items())
+
+    def _progress_records(self) -> list[tuple[bytes | None, bytes | None]]:
+        """Every committed record of the progress topic, in order (driver, once per owner)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {
+                **self.kafka_options,
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": "spark-elastic-progress-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "logger": logging.getLogger("spark_elastic.kafka"),
+            }
+        )
+        # An open transaction of a writer no successor fences holds the end back until the
+        # broker aborts it: wait that long, and a little more.
+        wait_s = self.timeout_s + TRANSACTION_TIMEOUT_MS / 1000
+        records: list[tuple[bytes | None, bytes | None]] = []
+        try:
+            partition = TopicPartition(self.progress_topic, 0)
+            _, end = consumer.get_watermark_offsets(partition, self.timeout_s, cached=False)
+            if end <= 0:
+                return records
+            consumer.assign([TopicPartition(self.progress_topic, 0, 0)])
+            deadline = time.monotonic() + wait_s
+            while consumer.position([partition])[0].offset < end:
+                if time.monotonic() > deadline:
+                    raise SinkError(
+                        f"KafkaSink.progress_topic: expected to read {self.progress_topic!r} "
+                        f"to offset {end} within {wait_s:g} s, found it at "
+                        f"{consumer.position([partition])[0].offset} on {self.bootstrap_servers}"
+                    )
+                for message in consumer.consume(num_messages=1000, timeout=0.2):
+                    if message.error() is None:
+                        records.append((message.key(), message.value()))
+        finally:
+            consumer.close()
+        return records
+
+    def _tid(self, job: str, tasks: Sequence[str], container_id: str) -> str:
+        """The transactional id: the job's and its tasks' when exactly-once (a successor with
+        the same tasks fences a zombie), else the container's own."""
+        if self.guarantee == TRANSACTIONAL and tasks:
+            digest = hashlib.sha256("\n".join(sorted(tasks)).encode()).hexdigest()[:16]
+            return f"spark-elastic-{job}-{digest}-{self.topic}"
+        return _tid(container_id, self.topic)
+
+    def _produce(self, producer: Any, topic: str, key: bytes | None, value: bytes | None) -> None:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                producer.produce(self.topic, key=key, value=value)
+                producer.produce(topic, key=key, value=value)
                 return
             except BufferError:
                 # The producer's queue is full: let it send, then try again, for a while.
@@ -176,8 +317,7 @@ class KafkaSink:
                     ) from None
                 producer.poll(0.1)
 
-    def _producer(self, container_id: str) -> Any:
-        transactional_id = _tid(container_id, self.topic)
+    def _producer(self, transactional_id: str) -> Any:
         cache_key = (self.bootstrap_servers, transactional_id)
         with _PRODUCERS_LOCK:
             producer = _PRODUCERS.get(cache_key)
@@ -198,6 +338,7 @@ class KafkaSink:
                         "transactional.id": transactional_id,
                         # Java's partitioner: keys land where the `spark` hash expects.
                         "partitioner": "murmur2_random",
+                        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                         "logger": logging.getLogger("spark_elastic.kafka"),
                         "error_cb": on_error,
                     }
@@ -216,22 +357,44 @@ class KafkaSink:
                         f"transaction within {self.timeout_s:g} s, found none at "
                         f"{self.bootstrap_servers} ({_first_line(exc)})"
                     ) from exc
+                if self.guarantee == TRANSACTIONAL:
+                    self._create_progress_topic()
                 _PRODUCERS[cache_key] = producer
             return producer
 
-    def _abort(self, producer: Any, container_id: str) -> None:
+    def _create_progress_topic(self) -> None:
+        """Make the compacted progress topic unless it exists (driver, once per producer)."""
+        from confluent_kafka import KafkaError
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        admin = AdminClient({**self.kafka_options, "bootstrap.servers": self.bootstrap_servers})
+        # One partition: a reader reads it whole; compacted: the newest per generation stays.
+        topic = NewTopic(self.progress_topic, 1, config={"cleanup.policy": "compact"})
+        future = admin.create_topics([topic], request_timeout=self.timeout_s)[self.progress_topic]
+        try:
+            future.result(timeout=self.timeout_s)
+        except Exception as exc:
+            error = exc.args[0] if exc.args else None
+            if getattr(error, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise SinkError(
+                    f"KafkaSink.progress_topic: expected {self.progress_topic!r} to exist or be "
+                    f"made on {self.bootstrap_servers}, found {_first_line(exc)}"
+                ) from exc
+
+    def _abort(self, producer: Any, transactional_id: str) -> None:
         try:
             producer.abort_transaction(self.timeout_s)
         except Exception:
             # A producer that cannot abort (fenced, fatal) is dropped: the next batch
             # starts a new one, whose init_transactions aborts what this one left open.
             with _PRODUCERS_LOCK:
-                _PRODUCERS.pop((self.bootstrap_servers, _tid(container_id, self.topic)), None)
+                _PRODUCERS.pop((self.bootstrap_servers, transactional_id), None)
 
 
 def _tid(container_id: str, topic: str) -> str:
-    """A container's transactional id: its own, so no two containers fence each other in
-    Kafka (the lease fences a zombie); a restarted process of the same container resumes it."""
+    """An at-least-once container's transactional id: its own, so no two containers fence
+    each other in Kafka (the lease fences a zombie); a restarted process of the container
+    resumes it."""
     return f"spark-elastic-{container_id}-{topic}"
 
 

@@ -6,25 +6,31 @@ after the publishing rename but before Spark commits the batch, or after the
 commit. The next generation takes its tasks over as a container does (a
 fork of the committed prefix, or a rescale to a split), reads what the sink
 published, and runs to the end. Spark then reads each record's output once
-from the sink's directory.
+from the sink's directory; on a real Kafka broker, a ``read_committed``
+consumer reads it once from the output topic, and a ``read_uncommitted`` one
+also sees the transaction a dead owner left open, aborted by its successor.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import kafka_jvm
 import pytest
 from chispa import assert_df_equality
 from key_counts import Count, produce
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, Job, LogInput, ParquetSink
+from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, Job, KafkaSink, LogInput, ParquetSink
 from spark_elastic.errors import ArgumentError, SinkError
 from spark_elastic.log.source import register_log_source
+from spark_elastic.runtime import sinks
 from spark_elastic.runtime.container import ContainerSettings
 from spark_elastic.runtime.container.checkpoint import _fence_published, _prepare_checkpoint
 from spark_elastic.runtime.container.generations import last_committed_batch
@@ -71,7 +77,7 @@ def stateless(df: DataFrame) -> DataFrame:
     return df.selectExpr("CAST(key AS STRING) AS key", "partition", "offset")
 
 
-def make_job(log: EmbeddedLog, root: Path, sink: ParquetSink, stateful: bool) -> Job:
+def make_job(log: EmbeddedLog, root: Path, sink: ParquetSink | KafkaSink, stateful: bool) -> Job:
     return Job(
         "exact",
         LogInput(str(log.path), ("clicks",), max_records_per_batch=100),
@@ -156,7 +162,7 @@ def test_a_new_owner_publishes_each_record_once_whatever_point_the_old_one_died_
 ) -> None:
     out = tmp_path / "out"
     old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
-    dying = make_job(log, tmp_path, DyingSink(str(out), point, at=2), stateful)
+    dying = make_job(log, tmp_path, DyingSink(str(out), point=point, at=2), stateful)
     if point == "after the commit":
         run_generation(spark, dying, old, lambda: last_committed_batch(old.checkpoint) >= 2)
     else:
@@ -182,7 +188,9 @@ def test_a_split_of_an_owner_that_died_after_its_rename_publishes_each_record_on
     old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
     with pytest.raises(Exception, match="after the rename"):
         run_generation(
-            spark, make_job(log, tmp_path, DyingSink(str(out), "after the rename", 2), True), old
+            spark,
+            make_job(log, tmp_path, DyingSink(str(out), point="after the rename", at=2), True),
+            old,
         )
     new = ContainerModel("c2", FACTOR_4, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
     run_generation(spark, make_job(log, tmp_path, ParquetSink(str(out)), True), new)
@@ -251,3 +259,109 @@ def test_a_sink_declares_its_guarantee_and_a_transactional_one_says_what_it_publ
         sink_guarantee(Declared("exactly-twice"))
     with pytest.raises(ArgumentError, match=r"Job\.sink\.published: expected a method"):
         sink_guarantee(Declared(TRANSACTIONAL))
+
+
+# -- on a real Kafka broker ------------------------------------------------------------------
+
+
+class AbandonedError(BaseException):
+    """Raised by a fence to leave KafkaSink.write without its abort (a kill leaves none)."""
+
+
+@dataclass(frozen=True)
+class DyingKafkaSink(KafkaSink):
+    """A KafkaSink whose container dies at one point of batch ``at``'s publish."""
+
+    point: str = ""
+    at: int = -1
+
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
+        if context.batch_id != self.at or self.point == "after the commit":
+            super().write(batch, context)
+            return
+        if self.point == "before the transaction":
+            raise KilledError(self.point)
+        if self.point == "before the commit":
+
+            def die() -> None:
+                raise AbandonedError
+
+            try:
+                super().write(batch, replace(context, fence=die))
+            except AbandonedError:
+                # The records are on the broker in a transaction no one will end: the dead
+                # process's producer is dropped as it is, transaction open.
+                with sinks._PRODUCERS_LOCK:
+                    sinks._PRODUCERS.clear()
+                raise KilledError(self.point) from None
+        super().write(batch, context)
+        raise KilledError(self.point)  # after the transaction's commit
+
+
+def read_to_end(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, int]]:
+    """``(key, n)`` of every record of ``topic`` a consumer with ``isolation`` sees."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{topic}-{isolation}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    rows: list[tuple[str, int]] = []
+    try:
+        parts = [TopicPartition(topic, p) for p in range(2)]
+        ends = [consumer.get_watermark_offsets(p, 30, cached=False)[1] for p in parts]
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+        deadline = time.monotonic() + 60
+        while any(p.offset < end for p, end in zip(consumer.position(parts), ends, strict=True)):
+            assert time.monotonic() < deadline, f"{topic!r} not read to its end in 60 s"
+            for message in consumer.consume(num_messages=500, timeout=0.2):
+                if message.error() is None:
+                    row = json.loads(message.value())
+                    rows.append((row["key"], row["n"]))
+    finally:
+        consumer.close()
+    return sorted(rows)
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["before the transaction", "before the commit", "after the transaction", "after the commit"],
+)
+def test_on_kafka_a_read_committed_consumer_sees_each_output_once_whatever_the_death(
+    spark: SparkSession,
+    log: EmbeddedLog,
+    tmp_path: Path,
+    kafka: kafka_jvm.KafkaBroker,
+    point: str,
+) -> None:
+    topic = f"exact-{uuid.uuid4().hex[:8]}"
+    kafka_jvm.create_topics(kafka.bootstrap, {topic: 2})
+    old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
+    dying = DyingKafkaSink(kafka.bootstrap, topic, key="key", point=point, at=2)
+    if point == "after the commit":
+        until = lambda: last_committed_batch(old.checkpoint) >= 2  # noqa: E731
+        run_generation(spark, make_job(log, tmp_path, dying, True), old, until)
+    else:
+        with pytest.raises(Exception, match=point):
+            run_generation(spark, make_job(log, tmp_path, dying, True), old)
+    new = ContainerModel("c2", FACTOR_2, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
+    sink = KafkaSink(kafka.bootstrap, topic, key="key")
+    run_generation(spark, make_job(log, tmp_path, sink, True), new)
+
+    expected = sorted(expected_rows(spark, log, True).collect())
+    committed = read_to_end(kafka.bootstrap, topic, "read_committed")
+    assert committed == [tuple(row) for row in expected]
+    uncommitted = read_to_end(kafka.bootstrap, topic, "read_uncommitted")
+    if point == "before the commit":
+        # The dead owner's batch reached the broker, and its successor (same tasks, same
+        # transactional id) aborted it: only a read_uncommitted consumer sees it, twice.
+        aborted = Counter(uncommitted) - Counter(committed)
+        assert aborted
+        assert set(aborted) <= set(committed)
+        assert all(count == 1 for count in aborted.values())
+    else:
+        assert uncommitted == committed

@@ -19,6 +19,7 @@ from standins import wait_until
 import udfs
 from spark_elastic import BatchContext, KafkaSink
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, FencedError, SinkError
+from spark_elastic.runtime import sinks
 
 TIMEOUT = 30.0
 
@@ -113,6 +114,35 @@ def test_a_batch_whose_fence_closes_publishes_nothing_and_the_next_one_publishes
     )
 
 
+def test_a_successor_with_the_zombies_tasks_fences_its_transaction_in_the_broker(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    # The zombie passed its lease check and froze before its commit; meanwhile its
+    # successor (another process: a producer of its own) took its tasks and read what
+    # the sink published. The broker refuses the zombie's commit, whatever its lease said.
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-zombie": 2})
+    sink = KafkaSink(kafka.bootstrap, "sink-zombie", key="user")
+    tasks = ("Partition 0_0_2", "Partition 1_0_2")
+    covered = ((("clicks", 0, 0, 2), 40), (("clicks", 1, 0, 2), 35))
+    first = spark.createDataFrame([(f"first-{i}",) for i in range(5)], "user string")
+    sink.write(first, BatchContext(0, "c1", 1, lambda: None, covered, "zombies", tasks))
+    published: list[object] = []
+
+    def successor_takes_over() -> None:
+        with sinks._PRODUCERS_LOCK:
+            sinks._PRODUCERS.clear()  # the successor's process has producers of its own
+        published.extend(sink.published("zombies", tasks))
+
+    zombie = spark.createDataFrame([(f"zombie-{i}",) for i in range(5)], "user string")
+    later = tuple((bucket, offset + 40) for bucket, offset in covered)
+    with pytest.raises(SinkError, match=r"(?i)fenced"):
+        sink.write(zombie, BatchContext(1, "c1", 1, successor_takes_over, later, "zombies", tasks))
+    assert published == list(covered)  # the zombie's batch is not among what was published
+    assert sink.published("zombies", tasks) == list(covered)
+    committed = read_back(kafka.bootstrap, "sink-zombie", 5)
+    assert sorted(k.decode() for k, _, _ in committed if k) == [f"first-{i}" for i in range(5)]
+
+
 def test_a_missing_key_column_is_one_line_and_nothing_is_published(
     spark: SparkSession, kafka: kafka_jvm.KafkaBroker
 ) -> None:
@@ -172,6 +202,17 @@ def test_no_broker_is_one_line_naming_the_servers(spark: SparkSession) -> None:
             {"timeout_s": 0},
             ArgumentError,
             "KafkaSink.timeout_s: expected a positive number of seconds, found 0",
+        ),
+        (
+            {"guarantee": "exactly-once"},
+            ArgumentError,
+            "KafkaSink.guarantee: expected a guarantee this sink gives, found 'exactly-once' "
+            "(valid choices: 'transactional', 'at-least-once')",
+        ),
+        (
+            {"progress_topic": "out"},
+            ArgumentError,
+            "KafkaSink.progress_topic: expected a topic other than the output's, found 'out'",
         ),
     ],
 )

@@ -44,7 +44,7 @@ def published_fences(job: Job, plan: JobPlan, tasks: tuple[str, ...]) -> list[Fe
     if sink_guarantee(job.sink) != TRANSACTIONAL:
         return []
     needed = needed_partitions(plan, tasks)
-    published: list[Fence] = job.sink.published()  # type: ignore[attr-defined]
+    published: list[Fence] = job.sink.published(job.name, tasks)  # type: ignore[attr-defined]
     return [f for f in highest(published) if f[0][1] in needed.get(f[0][0], ())]
 
 

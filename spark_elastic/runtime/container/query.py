@@ -261,7 +261,10 @@ def _start_query(
             if transactional
             else ()
         )
-        sink.write(batch, BatchContext(batch_id, container_id, generation, fence, covered))
+        context = BatchContext(
+            batch_id, container_id, generation, fence, covered, job.name, mine.tasks
+        )
+        sink.write(batch, context)
 
     return (
         output.writeStream.foreachBatch(write_batch)
