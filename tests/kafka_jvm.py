@@ -390,6 +390,55 @@ def describe_group(bootstrap: str, group: str) -> dict[tuple[str, int], tuple[in
     return rows
 
 
+def read_to_end(
+    bootstrap: str, topic: str, isolation: str = "read_committed", timeout_s: float = 60.0
+) -> list[bytes | None]:
+    """The values of every record of ``topic`` a consumer with ``isolation`` reads, to the end.
+
+    The end is each partition's high watermark when the call starts; a
+    ``read_committed`` consumer reaches it once the transactions open then
+    have ended (librdkafka says so with a partition EOF at or past it).
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    count = len(admin.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-to-end-{topic}-{isolation}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    values: list[bytes | None] = []
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout_s, cached=False)[1]
+            for p in range(count)
+        }
+        waiting = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in sorted(waiting)])
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            if time.monotonic() > deadline:
+                raise KafkaJvmError(f"{topic!r} not read to {ends} within {timeout_s:g} s")
+            for message in consumer.consume(num_messages=5000, timeout=0.2):
+                error = message.error()
+                if error is None:
+                    values.append(message.value())
+                elif (
+                    error.code() == KafkaError._PARTITION_EOF
+                    and message.offset() >= ends[message.partition()]
+                ):
+                    waiting.discard(message.partition())
+    finally:
+        consumer.close()
+    return values
+
+
 def rss_mib(pid: int) -> float:
     """The resident set size of a process, in MiB (Linux)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -8,7 +8,8 @@ from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
 ``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
 ``host:port`` it reads the ``clicks`` topic there instead (containers then
 need Spark's Kafka connector: ``--conf spark.jars=...``, see
-docs/running-a-job.md)::
+docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its rows
+to that topic of the broker, exactly-once (``KafkaSink``, keyed by user)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
     spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
@@ -24,11 +25,20 @@ import os
 
 import pandas as pd
 
-from spark_elastic import Job, KafkaInput, LogInput, ParquetSink, TaskProcessor, TaskState
+from spark_elastic import (
+    Job,
+    KafkaInput,
+    KafkaSink,
+    LogInput,
+    ParquetSink,
+    TaskProcessor,
+    TaskState,
+)
 
 ROOT = os.environ.get("CLICKS_ROOT", "/tmp/spark-elastic-clicks")
 BATCH = int(os.environ.get("CLICKS_BATCH", "2000"))
 KAFKA = os.environ.get("CLICKS_KAFKA")
+OUT_TOPIC = os.environ.get("CLICKS_OUT_TOPIC")
 
 
 class ClickCount(TaskProcessor):
@@ -62,6 +72,10 @@ job = Job(
     ),
     elasticity_factor=int(os.environ.get("CLICKS_FACTOR", "4")),
     checkpoint_root=f"{ROOT}/checkpoints",
-    sink=ParquetSink(f"{ROOT}/out"),
+    sink=(
+        KafkaSink(KAFKA, OUT_TOPIC, key="user")
+        if KAFKA and OUT_TOPIC
+        else ParquetSink(f"{ROOT}/out")
+    ),
     processor=ClickCount(),
 )

@@ -299,32 +299,9 @@ class DyingKafkaSink(KafkaSink):
 
 
 def read_to_end(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, int]]:
-    """``(key, n)`` of every record of ``topic`` a consumer with ``isolation`` sees."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"read-{topic}-{isolation}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-        }
-    )
-    rows: list[tuple[str, int]] = []
-    try:
-        parts = [TopicPartition(topic, p) for p in range(2)]
-        ends = [consumer.get_watermark_offsets(p, 30, cached=False)[1] for p in parts]
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
-        deadline = time.monotonic() + 60
-        while any(p.offset < end for p, end in zip(consumer.position(parts), ends, strict=True)):
-            assert time.monotonic() < deadline, f"{topic!r} not read to its end in 60 s"
-            for message in consumer.consume(num_messages=500, timeout=0.2):
-                if message.error() is None:
-                    row = json.loads(message.value())
-                    rows.append((row["key"], row["n"]))
-    finally:
-        consumer.close()
-    return sorted(rows)
+    """``(key, n)`` of every record of ``topic`` a consumer with ``isolation`` sees, sorted."""
+    rows = [json.loads(v or b"{}") for v in kafka_jvm.read_to_end(bootstrap, topic, isolation)]
+    return sorted((row["key"], row["n"]) for row in rows)
 
 
 @pytest.mark.parametrize(
