@@ -1,4 +1,4 @@
-"""A stateless job as three containers, and as two on a Spark standalone cluster.
+"""A stateless job as three containers (scaled, grown, one killed), and two on a cluster.
 
 Compared with one batch query over the same log: every record reaches the
 virtual task the plan gives it (read once by the container owning it), in
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -146,7 +147,7 @@ def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-def test_three_containers_read_each_record_once_scale_3_2_3_then_follow_growth_in_key_order(
+def test_three_containers_read_each_record_once_scale_3_2_3_grow_in_key_order_survive_a_kill(
     spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
     # One start-up for three stories (the suite's budget): reading, live scaling, growth.
@@ -238,3 +239,17 @@ def test_three_containers_read_each_record_once_scale_3_2_3_then_follow_growth_i
     assert out_of_order == []
     events = [e["kind"] for e in job.status()["events"]]
     assert events.count("handover") == 3  # every container of the 3 hands over
+
+    # A container killed outright (SIGKILL) while records arrive: its successor starts
+    # where it last committed, and what it had published beyond that is not published again.
+    victim, victim_pid = sorted(job.running_containers().items())[0]
+    os.kill(victim_pid, signal.SIGKILL)
+    produce(log, produced + 7000, 1000)
+    wait_until(
+        "the killed container's tasks given to a successor",
+        lambda: victim not in {c["containerId"] for c in job.job_model()["containers"]},
+        timeout=CHANGE_DEADLINE_S,
+    )
+    expected = reference(spark, clicks, partitions=4)
+    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
+    assert sorted(tagged_rows(clicks / "tasks-out")) == sorted(expected)
