@@ -1,4 +1,4 @@
-"""A stateless job as three containers (scaled, grown, one killed), and two on a cluster.
+"""A stateless job as three containers (scaled, grown, fenced, killed), and two on a cluster.
 
 Compared with one batch query over the same log: every record reaches the
 virtual task the plan gives it (read once by the container owning it), in
@@ -19,10 +19,18 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from jobs import CHANGE_DEADLINE_S, RECORDS, RunningJob, produce, wait_until
+from jobs import (
+    CHANGE_DEADLINE_S,
+    RECORDS,
+    RunningJob,
+    produce,
+    published_batches,
+    wait_until,
+)
 from jvm import CONTAINER_CONF
 from pyspark.sql import SparkSession
 from spark_cluster import standalone_cluster
+from standins import alive
 
 from spark_elastic import EmbeddedLog, with_virtual_tasks
 from spark_elastic.log.source import LOG_SOURCE_FORMAT, register_log_source
@@ -147,7 +155,7 @@ def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-def test_three_containers_read_each_record_once_scale_3_2_3_grow_in_key_order_survive_a_kill(
+def test_three_containers_read_each_record_once_scale_grow_in_key_order_fence_and_fail_over(
     spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
     # One start-up for three stories (the suite's budget): reading, live scaling, growth.
@@ -240,11 +248,27 @@ def test_three_containers_read_each_record_once_scale_3_2_3_grow_in_key_order_su
     events = [e["kind"] for e in job.status()["events"]]
     assert events.count("handover") == 3  # every container of the 3 hands over
 
-    # A container killed outright (SIGKILL) while records arrive: its successor starts
-    # where it last committed, and what it had published beyond that is not published again.
-    victim, victim_pid = sorted(job.running_containers().items())[0]
+    # One container paused past its lease (SIGSTOP: a zombie) and another killed outright
+    # (SIGKILL), while records arrive: each one's successor starts where it last committed,
+    # what it had published beyond that is not published again, and the zombie, woken up,
+    # publishes nothing.
+    (zombie, zombie_pid), (victim, victim_pid) = sorted(job.running_containers().items())[:2]
+    os.kill(zombie_pid, signal.SIGSTOP)
+    try:
+        produce(log, produced + 7000, 1000)
+        wait_until(
+            "the paused container's tasks given to a successor",
+            lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
+            timeout=CHANGE_DEADLINE_S,
+        )
+        before = published_batches(clicks / "tasks-out", zombie)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the coordinator may have killed it
+            os.kill(zombie_pid, signal.SIGCONT)
+    wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
+    assert published_batches(clicks / "tasks-out", zombie) == before
     os.kill(victim_pid, signal.SIGKILL)
-    produce(log, produced + 7000, 1000)
+    produce(log, produced + 8000, 1000)
     wait_until(
         "the killed container's tasks given to a successor",
         lambda: victim not in {c["containerId"] for c in job.job_model()["containers"]},
