@@ -258,7 +258,7 @@ class KafkaSink:
 
     def _progress_records(self) -> list[tuple[bytes | None, bytes | None]]:
         """Every committed record of the progress topic, in order (driver, once per owner)."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         consumer = Consumer(
             {
@@ -266,6 +266,9 @@ class KafkaSink:
                 "bootstrap.servers": self.bootstrap_servers,
                 "group.id": "spark-elastic-progress-reader",
                 "enable.auto.commit": False,
+                # The EOF event says the end is reached sooner than the position does
+                # past a tail of aborted records and transaction markers (seconds).
+                "enable.partition.eof": True,
                 "isolation.level": "read_committed",
                 "logger": logging.getLogger("spark_elastic.kafka"),
             }
@@ -281,7 +284,8 @@ class KafkaSink:
                 return records
             consumer.assign([TopicPartition(self.progress_topic, 0, 0)])
             deadline = time.monotonic() + wait_s
-            while consumer.position([partition])[0].offset < end:
+            reached = False
+            while not reached and consumer.position([partition])[0].offset < end:
                 if time.monotonic() > deadline:
                     raise SinkError(
                         f"KafkaSink.progress_topic: expected to read {self.progress_topic!r} "
@@ -289,8 +293,11 @@ class KafkaSink:
                         f"{consumer.position([partition])[0].offset} on {self.bootstrap_servers}"
                     )
                 for message in consumer.consume(num_messages=1000, timeout=0.2):
-                    if message.error() is None:
+                    error = message.error()
+                    if error is None:
                         records.append((message.key(), message.value()))
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        reached = (message.offset() or 0) >= end
         finally:
             consumer.close()
         return records

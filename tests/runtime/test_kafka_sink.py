@@ -143,6 +143,25 @@ def test_a_successor_with_the_zombies_tasks_fences_its_transaction_in_the_broker
     assert sorted(k.decode() for k, _, _ in committed if k) == [f"first-{i}" for i in range(5)]
 
 
+def test_what_an_aborted_batch_covered_is_not_published_and_reading_past_it_ends(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    # The progress topic holds only an aborted record and its transaction marker: a
+    # successor's read of it ends, and finds nothing published.
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-aborted": 1})
+    sink = KafkaSink(kafka.bootstrap, "sink-aborted", key="user")
+    tasks = ("Partition 0_0_1",)
+    batch = spark.createDataFrame([("a",)], "user string")
+
+    def closed() -> None:
+        raise FencedError("lease expired 1.0 s ago")
+
+    covered = ((("clicks", 0, 0, 1), 9),)
+    with pytest.raises(FencedError):
+        sink.write(batch, BatchContext(0, "c1", 1, closed, covered, "aborts", tasks))
+    assert sink.published("aborts", tasks) == []
+
+
 def test_a_missing_key_column_is_one_line_and_nothing_is_published(
     spark: SparkSession, kafka: kafka_jvm.KafkaBroker
 ) -> None:
