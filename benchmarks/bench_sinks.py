@@ -56,10 +56,9 @@ FACTOR = 2
 TASKS = tuple(f"Partition {p}_{b}_{FACTOR}" for p in range(PARTITIONS) for b in range(FACTOR))
 
 
-def run_variant(
-    spark: Any, log: EmbeddedLog, root: Path, sink: Any, batch: int
-) -> dict[str, float]:
-    """One run of the job on a fresh checkpoint: throughput and batch latencies."""
+def run_variant(spark: Any, source: Any, root: Path, sink: Any) -> dict[str, float]:
+    """One run of the job on ``source`` (a ``LogInput`` or ``KafkaInput`` of one topic of 4
+    partitions) on a fresh checkpoint: throughput and batch latencies."""
     from spark_elastic.runtime.container import ContainerSettings
     from spark_elastic.runtime.container.query import _progress_json, _start_query
     from spark_elastic.runtime.growth import grown_plan
@@ -68,14 +67,14 @@ def run_variant(
 
     job = Job(
         "bench",
-        LogInput(str(log.path), ("clicks",), max_records_per_batch=batch),
+        source,
         FACTOR,
         str(root / "checkpoints"),
         sink,
         processor=click_counts.ClickCount(),
         trigger_interval="0 seconds",
     )
-    counts = {"clicks": PARTITIONS}
+    counts = {source.topics[0]: PARTITIONS}
     plan = grown_plan(job.grouper, FACTOR, counts, counts)
     mine = ContainerModel("c1", TASKS, 1, str(root / f"checkpoint-{uuid.uuid4().hex[:8]}"))
     lease = ContainerLease(LeaseTerms(lease_s=3600.0, margin_s=1.0, write_budget_s=1.0))
@@ -167,7 +166,8 @@ def main() -> int:
             for name in order:
                 root = tmp / f"{name}-{round_}"
                 root.mkdir()
-                result = run_variant(spark, log, root, variants[name](root), args.batch)
+                source = LogInput(str(log.path), ("clicks",), max_records_per_batch=args.batch)
+                result = run_variant(spark, source, root, variants[name](root))
                 results[name].append(result)
                 print(
                     f"round {round_ + 1} {name}: {result['records_per_s']:,.0f} records/s, "

@@ -82,6 +82,8 @@ _LAZY = {
     "register_log_source": "spark_elastic.log.source",
     "LOG_SOURCE_FORMAT": "spark_elastic.log.source",
     "KAFKA_SCHEMA": "spark_elastic.log.source",
+    "register_kafka_source": "spark_elastic.log.kafka_source",
+    "KAFKA_SOURCE_FORMAT": "spark_elastic.log.kafka_source",
 }
 
 
@@ -127,6 +129,7 @@ __all__ = [
     "starting_offsets",
     "with_task_state",
     "KAFKA_SCHEMA",
+    "KAFKA_SOURCE_FORMAT",
     "LOG_SOURCE_FORMAT",
     "EmbeddedLog",
     "Grouper",
@@ -153,6 +156,7 @@ __all__ = [
     "map_tasks_in_pandas",
     "plan_job",
     "register_dataframe_method",
+    "register_kafka_source",
     "register_log_source",
     "routing_keys",
     "save_plan_json",

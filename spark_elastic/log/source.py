@@ -241,17 +241,7 @@ class _Options:
         """Concrete offsets for ``spec`` against the partitions and end offsets now."""
         if isinstance(spec, str):
             return dict.fromkeys(available, 0) if spec == "earliest" else dict(available)
-        missing = sorted(set(available) - set(spec))
-        extra = sorted(set(spec) - set(available))
-        if missing or extra:
-            problem = (
-                f"it lacks partitions {_names(missing)}"
-                if missing
-                else f"it names partitions not subscribed: {_names(extra)}"
-            )
-            raise ArgumentError.invalid(
-                option, f"an offset for every subscribed partition ({problem})", _dump(spec)
-            )
+        check_names_every_partition(spec, available, option)
         resolved: Offsets = {}
         for tp, end in available.items():
             wanted = spec[tp]
@@ -336,18 +326,8 @@ class _LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         Runs on the driver once per trigger. Partitions that are new since
         ``start`` start at 0; they are included once they hold records.
         """
-        begin = _load(start)
         available = self._options.available(self._options.log())
-        if self._target is not None:
-            target = self._target
-            available = {tp: min(end, target[tp]) for tp, end in available.items() if tp in target}
-        if self._options.gate is not None:
-            available = _gated(available, begin, read_gate(self._options.gate))
-        end = {tp: max(available.get(tp, 0), begin.get(tp, 0)) for tp in available.keys() | begin}
-        end = {tp: o for tp, o in end.items() if o > 0 or tp in begin}
-        if isinstance(limit, ReadMaxRows):
-            end = _admit(begin, end, limit.max_rows)
-        return _dump(end)
+        return _dump(next_end(_load(start), available, self._target, self._options.gate, limit))
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]]:
         """End offsets now, for query progress. Driver, once per trigger."""
@@ -409,6 +389,46 @@ def _read(options: _Options, partition: _LogPartition) -> Iterator[pa.RecordBatc
     return options.log().read_batches(
         partition.topic, partition.partition, partition.start, partition.end
     )
+
+
+def next_end(
+    begin: Offsets,
+    available: Offsets,
+    target: Offsets | None,
+    gate: str | None,
+    limit: ReadLimit,
+) -> Offsets:
+    """Where the micro-batch that starts at ``begin`` ends: a streaming reader's ``latestOffset``.
+
+    What is ``available``, no further than the Trigger.AvailableNow ``target``
+    and the ``gate`` file, and at most ``limit`` rows. Partitions new since
+    ``begin`` start at 0 and are included once they hold records. Shared by
+    the ``elastic-log`` and ``elastic-kafka`` sources; runs on the driver.
+    """
+    if target is not None:
+        available = {tp: min(end, target[tp]) for tp, end in available.items() if tp in target}
+    if gate is not None:
+        available = _gated(available, begin, read_gate(gate))
+    end = {tp: max(available.get(tp, 0), begin.get(tp, 0)) for tp in available.keys() | begin}
+    end = {tp: o for tp, o in end.items() if o > 0 or tp in begin}
+    if isinstance(limit, ReadMaxRows):
+        end = _admit(begin, end, limit.max_rows)
+    return end
+
+
+def check_names_every_partition(spec: Offsets, available: Offsets, option: str) -> None:
+    """Refuse JSON offsets that lack a subscribed partition or name one not subscribed."""
+    missing = sorted(set(available) - set(spec))
+    extra = sorted(set(spec) - set(available))
+    if missing or extra:
+        problem = (
+            f"it lacks partitions {_names(missing)}"
+            if missing
+            else f"it names partitions not subscribed: {_names(extra)}"
+        )
+        raise ArgumentError.invalid(
+            option, f"an offset for every subscribed partition ({problem})", _dump(spec)
+        )
 
 
 def _gated(available: Offsets, begin: Offsets, gate: Offsets | None) -> Offsets:

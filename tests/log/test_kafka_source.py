@@ -1,0 +1,251 @@
+"""Specification of the ``elastic-kafka`` Spark source, on a real broker, with real queries.
+
+The broker is the session's (the ``kafka`` fixture: Kafka 4, KRaft, on
+127.0.0.1), so every spec names topics of its own. The source needs no
+jars: it runs in the suite's shared session. That it reads the same rows as
+Spark's own Kafka source is ``tests/runtime/test_kafka_broker.py``'s.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import kafka_jvm
+import pytest
+from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
+
+from spark_elastic.log.gate import write_gate
+from spark_elastic.log.kafka_source import KAFKA_SOURCE_FORMAT, register_kafka_source
+from spark_elastic.log.source import KAFKA_SCHEMA
+
+pytestmark = pytest.mark.slow
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+TIMEOUT = 30.0
+Row = tuple[bytes | None, bytes | None, str, int, int, datetime, int]
+
+
+@pytest.fixture(scope="module")
+def session(spark: SparkSession) -> SparkSession:
+    register_kafka_source(spark)
+    return spark
+
+
+@pytest.fixture
+def topic(kafka: kafka_jvm.KafkaBroker) -> str:
+    """A fresh topic of 2 partitions on the session's broker."""
+    name = f"source-{uuid.uuid4().hex[:8]}"
+    kafka_jvm.create_topics(kafka.bootstrap, {name: 2})
+    return name
+
+
+def produce(
+    kafka: kafka_jvm.KafkaBroker, topic: str, values: Sequence[str], partition: int
+) -> list[Row]:
+    """Send ``values`` to one partition (key = value's first letter); the rows Spark should show."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    delivered: list[tuple[int, int]] = []
+    for i, value in enumerate(values):
+        producer.produce(
+            topic,
+            key=value[:1].encode(),
+            value=value.encode(),
+            partition=partition,
+            timestamp=1_700_000_000_000 + i,
+            on_delivery=lambda _err, m: delivered.append((m.partition(), m.offset())),
+        )
+    assert producer.flush(TIMEOUT) == 0
+    return [
+        (
+            v[:1].encode(),
+            v.encode(),
+            topic,
+            p,
+            o,
+            datetime.fromtimestamp((1_700_000_000_000 + i) / 1000, tz=UTC),
+            0,  # CreateTime, as Java's client numbers it
+        )
+        for i, (v, (p, o)) in enumerate(zip(values, delivered, strict=True))
+    ]
+
+
+def stream(spark: SparkSession, kafka: kafka_jvm.KafkaBroker, **options: str) -> DataFrame:
+    reader = spark.readStream.format(KAFKA_SOURCE_FORMAT)
+    reader = reader.option("kafka.bootstrap.servers", kafka.bootstrap)
+    return reader.options(**options).load()
+
+
+def to_memory(
+    df: DataFrame, checkpoint: Path, available_now: bool = False
+) -> tuple[StreamingQuery, str]:
+    name = f"kafka_{uuid.uuid4().hex}"
+    writer = df.writeStream.format("memory").queryName(name)
+    writer = writer.option("checkpointLocation", str(checkpoint))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start(), name
+
+
+def landed(spark: SparkSession, name: str) -> DataFrame:
+    return spark.table(name).orderBy("topic", "partition", "offset")
+
+
+def expected(spark: SparkSession, rows: Sequence[Row]) -> DataFrame:
+    return spark.createDataFrame(sorted(rows, key=lambda r: (r[2], r[3], r[4])), KAFKA_SCHEMA)
+
+
+def test_every_record_arrives_once_in_the_kafka_schema_in_batches_of_max_offsets(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path
+) -> None:
+    rows = produce(kafka, topic, [f"a{i}" for i in range(30)], 0)
+    rows += produce(kafka, topic, [f"b{i}" for i in range(10)], 1)
+    df = stream(session, kafka, subscribe=topic, startingOffsets="earliest")
+    assert df.schema == KAFKA_SCHEMA
+    query, name = to_memory(
+        stream(
+            session, kafka, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="8"
+        ),
+        tmp_path / "checkpoint",
+        available_now=True,
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert_df_equality(landed(session, name), expected(session, rows))
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [8] * 5  # 40 records, split over the partitions by backlog
+
+
+def test_a_gate_holds_a_running_query_at_its_offsets_until_it_is_lifted(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path
+) -> None:
+    rows = produce(kafka, topic, [f"a{i}" for i in range(20)], 0)
+    rows += produce(kafka, topic, [f"b{i}" for i in range(20)], 1)
+    gate = tmp_path / "gate.json"
+    write_gate(str(gate), {topic: {"0": 5}})  # partition 1 unnamed: nothing new from it
+    df = stream(
+        session, kafka, assign=f'{{"{topic}": [0, 1]}}', startingOffsets="earliest", gate=str(gate)
+    )
+    query, name = to_memory(df, tmp_path / "checkpoint")
+    try:
+        query.processAllAvailable()
+        assert_df_equality(landed(session, name), expected(session, rows[:5]))
+        write_gate(str(gate), {topic: {"0": 12, "1": 3}})
+        query.processAllAvailable()
+        assert_df_equality(landed(session, name), expected(session, rows[:12] + rows[20:23]))
+        write_gate(str(gate), None)
+        query.processAllAvailable()
+        assert_df_equality(landed(session, name), expected(session, rows))
+    finally:
+        query.stop()
+
+
+def test_read_committed_skips_aborted_records_and_markers_and_ends_its_batches(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": topic})
+    producer.init_transactions(TIMEOUT)
+    for outcome, count in (("commit", 10), ("abort", 5), ("commit", 10)):
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce(topic, key=b"k", value=f"{outcome}-{i}".encode(), partition=0)
+        if outcome == "commit":
+            producer.commit_transaction(TIMEOUT)
+        else:
+            assert producer.flush(TIMEOUT) == 0  # on the broker: abort drops what is queued
+            producer.abort_transaction(TIMEOUT)
+
+    def values(**options: str) -> list[str]:
+        df = stream(session, kafka, subscribe=topic, startingOffsets="earliest", **options)
+        checkpoint = tmp_path / uuid.uuid4().hex
+        query, name = to_memory(df.selectExpr("CAST(value AS STRING)"), checkpoint, True)
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(r.value for r in session.table(name).collect())
+
+    committed = sorted(f"commit-{i}" for i in range(10)) * 2
+    # librdkafka's default (read_committed): the aborted five and the three markers are gaps.
+    assert values(maxOffsetsPerTrigger="4") == sorted(committed)
+    uncommitted = values(**{"kafka.isolation.level": "read_uncommitted"})
+    assert uncommitted == sorted(committed + [f"abort-{i}" for i in range(5)])
+
+
+def test_records_the_brokers_no_longer_hold_fail_the_batch_unless_told_otherwise(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    rows = produce(kafka, topic, [f"a{i}" for i in range(10)], 0)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        future.result(TIMEOUT)  # offsets 0-3 gone, as retention would remove them
+    start = f'{{"{topic}": {{"0": 0, "1": 0}}}}'
+
+    def read(checkpoint: str, **options: str) -> str:
+        df = stream(session, kafka, subscribe=topic, startingOffsets=start, **options)
+        query, name = to_memory(df, tmp_path / checkpoint, available_now=True)
+        query.awaitTermination(120)
+        return name
+
+    with pytest.raises(StreamingQueryException, match="failOnDataLoss: offsets 0 to 10 of"):
+        read("strict")
+    name = read("lenient", failOnDataLoss="false")
+    assert_df_equality(landed(session, name), expected(session, rows[4:]))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscribe": "t"}, "kafka.bootstrap.servers: expected brokers as host:port"),
+        (
+            {"kafka.bootstrap.servers": "127.0.0.1:1"},
+            "options: expected exactly one of 'subscribe', 'assign', found None",
+        ),
+        (
+            {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "subscribePattern": "x"},
+            "option: expected an option of the elastic-kafka source, found 'subscribepattern'",
+        ),
+        (
+            {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "failOnDataLoss": "no"},
+            "failOnDataLoss: expected true or false, found 'no'",
+        ),
+    ],
+)
+def test_bad_options_fail_at_load_with_one_line_naming_them(
+    session: SparkSession, options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(Exception, match=message):
+        session.readStream.format(KAFKA_SOURCE_FORMAT).options(**options).load()
+
+
+def test_a_missing_topic_or_a_setting_librdkafka_refuses_stops_the_query_saying_so(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, tmp_path: Path
+) -> None:
+    for name, options, message in [
+        (
+            "missing",
+            {"subscribe": "no-such-topic"},
+            "subscribe: expected topic 'no-such-topic' on the brokers, found",
+        ),
+        (
+            "setting",
+            {"subscribe": "t", "kafka.sasl.jaas.config": "x"},
+            "kafka.*: expected settings librdkafka accepts",
+        ),
+    ]:
+        query, _ = to_memory(stream(session, kafka, **options), tmp_path / name, True)
+        with pytest.raises(StreamingQueryException, match=re.escape(message)):
+            query.awaitTermination(120)
