@@ -6,9 +6,10 @@ offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 (default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
 from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
 ``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
-``host:port`` it reads the ``clicks`` topic there instead (containers then
-need Spark's Kafka connector: ``--conf spark.jars=...``, see
-docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its rows
+``host:port`` it reads the ``clicks`` topic there instead, with
+spark-elastic's ``elastic-kafka`` source (``CLICKS_KAFKA_READER=spark``:
+Spark's own, whose containers then need Spark's Kafka connector: ``--conf
+spark.jars=...``, see docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its rows
 to that topic of the broker, exactly-once (``KafkaSink``, keyed by user)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
@@ -66,7 +67,12 @@ class ClickCount(TaskProcessor):
 job = Job(
     name="clicks",
     input=(
-        KafkaInput(KAFKA, ("clicks",), max_records_per_batch=BATCH)
+        KafkaInput(
+            KAFKA,
+            ("clicks",),
+            max_records_per_batch=BATCH,
+            reader=os.environ.get("CLICKS_KAFKA_READER", "elastic"),
+        )
         if KAFKA
         else LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=BATCH)
     ),

@@ -103,6 +103,11 @@ class LogInput:
         object.__setattr__(self, "topics", _topics("LogInput", self.topics))
         _check_batch_limit("LogInput", self.max_records_per_batch)
 
+    @property
+    def gated(self) -> bool:
+        """Always: the ``elastic-log`` source honours a ``gate``."""
+        return True
+
     def partition_counts(self) -> dict[str, int]:
         """The topics' current partition counts, read from the log.
 
@@ -190,15 +195,22 @@ class _Admin:
 
 @dataclass(frozen=True)
 class KafkaInput:
-    """Topics of a Kafka cluster, read with Spark's ``kafka`` source.
+    """Topics of a Kafka cluster, read by spark-elastic's ``elastic-kafka`` source or Spark's.
 
     The same job reads the embedded log (:class:`LogInput`) or Kafka: both
-    give rows in the Kafka source's schema, and both readers get the same
+    give rows in the Kafka source's schema, and every reader gets the same
     ``assign``, ``startingOffsets`` and ``maxOffsetsPerTrigger`` options.
-    Spark's Kafka connector is not part of pyspark: a container needs
-    ``spark.jars.packages`` set to
+
+    ``reader="elastic"`` (the default) reads with the project's own source
+    (:mod:`spark_elastic.log.kafka_source`: librdkafka on the executors,
+    ``read_committed``), which a replaying warm-up can hold at its old
+    owners' commits: a moved stateful task stalls for a micro-batch or two
+    rather than for a snapshot's copy. ``reader="spark"`` reads with Spark's
+    own ``kafka`` source (the Java client, ``read_uncommitted``) and warms up
+    from snapshots. Spark's Kafka connector is not part of pyspark: with it a
+    container needs ``spark.jars.packages`` set to
     ``org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>`` in
-    :attr:`Job.spark_conf` (or ``--packages`` on ``spark-submit``).
+    :attr:`Job.spark_conf` (or ``--jars``/``--conf spark.jars=...``).
     Partition counts, which the coordinator plans from, come from the brokers
     through confluent-kafka's ``AdminClient`` (the ``kafka`` extra), so the
     coordinator needs no JVM.
@@ -216,10 +228,16 @@ class KafkaInput:
         brokers, in seconds.
     kafka_options
         Settings of Spark's Kafka consumer (Java client names, e.g.
-        ``security.protocol``), passed to the source as ``kafka.<name>``.
+        ``security.protocol``), passed to Spark's source as ``kafka.<name>``
+        (``reader="spark"``).
     admin_options
-        Settings of the librdkafka ``AdminClient`` that reads partition counts
-        (e.g. ``security.protocol``, ``sasl.username``).
+        Settings of the librdkafka clients (e.g. ``security.protocol``,
+        ``sasl.username``): the ``AdminClient`` that reads partition counts
+        and commits the job's group, and, with ``reader="elastic"``, the
+        source's own admin client and consumers.
+    reader
+        ``"elastic"`` (default) or ``"spark"``: which Spark source reads the
+        topics (see above).
     """
 
     bootstrap_servers: str
@@ -228,6 +246,7 @@ class KafkaInput:
     timeout_s: float = 10.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     admin_options: Mapping[str, str] = field(default_factory=dict)
+    reader: str = "elastic"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers", _bootstrap_servers(self.bootstrap_servers))
@@ -238,6 +257,15 @@ class KafkaInput:
             object.__setattr__(
                 self, name, _client_options(f"KafkaInput.{name}", getattr(self, name))
             )
+        if self.reader not in KAFKA_READERS:
+            raise ArgumentError.invalid(
+                "KafkaInput.reader", "a Kafka source", self.reader, KAFKA_READERS
+            )
+
+    @property
+    def gated(self) -> bool:
+        """Whether its reader honours a ``gate`` (replaying warm-ups need one)."""
+        return self.reader == "elastic"
 
     def partition_counts(self) -> dict[str, int]:
         """The topics' current partition counts, asked of the brokers.
@@ -462,10 +490,13 @@ class KafkaInput:
         Returns
         -------
         dict[str, str]
-            ``kafka.bootstrap.servers`` and :attr:`kafka_options` as ``kafka.*``,
-            plus the options :meth:`LogInput.source_options` gives the embedded log.
+            ``kafka.bootstrap.servers`` and the reader's client settings as
+            ``kafka.*`` (:attr:`admin_options` for ``elastic``,
+            :attr:`kafka_options` for ``spark``), plus the options
+            :meth:`LogInput.source_options` gives the embedded log.
         """
-        client = {f"kafka.{name}": value for name, value in self.kafka_options.items()}
+        settings = self.admin_options if self.reader == "elastic" else self.kafka_options
+        client = {f"kafka.{name}": value for name, value in settings.items()}
         return {
             **client,
             "kafka.bootstrap.servers": self.bootstrap_servers,
@@ -475,10 +506,11 @@ class KafkaInput:
     def stream_reader(
         self, spark: SparkSession, partitions: Mapping[str, Sequence[int]]
     ) -> DataStreamReader:
-        """A streaming reader of ``partitions`` in Spark's ``kafka`` source.
+        """A streaming reader of ``partitions`` in the chosen :attr:`reader`'s source.
 
-        Loading it needs the connector on the session's classpath
-        (``spark.jars.packages``, see the class docstring).
+        With ``reader="spark"``, loading it needs the connector on the
+        session's classpath (``spark.jars.packages``, see the class docstring);
+        ``reader="elastic"`` registers ``elastic-kafka`` in ``spark``.
 
         Parameters
         ----------
@@ -492,7 +524,13 @@ class KafkaInput:
         DataStreamReader
             Ready to ``load()``: rows in the Kafka source's schema.
         """
-        return spark.readStream.format("kafka").options(**self.source_options(partitions))
+        source = "kafka"
+        if self.reader == "elastic":
+            from spark_elastic.log.kafka_source import KAFKA_SOURCE_FORMAT, register_kafka_source
+
+            register_kafka_source(spark)
+            source = KAFKA_SOURCE_FORMAT
+        return spark.readStream.format(source).options(**self.source_options(partitions))
 
 
 @runtime_checkable
@@ -517,6 +555,10 @@ class JobInput(Protocol):
     def max_records_per_batch(self) -> int | None:
         """``maxOffsetsPerTrigger`` of each container's query."""
 
+    @property
+    def gated(self) -> bool:
+        """Whether its source honours a ``gate`` file (replaying warm-ups need one)."""
+
     def partition_counts(self) -> dict[str, int]:
         """``{topic: partitions}`` now, in the order of :attr:`topics`."""
 
@@ -531,6 +573,9 @@ class JobInput(Protocol):
     ) -> DataStreamReader:
         """A streaming reader of ``partitions``, ready to ``load()``."""
 
+
+KAFKA_READERS = ("elastic", "spark")
+"""The Spark sources a :class:`KafkaInput` can read with."""
 
 _LEADER_RETRY_S = 0.1
 # librdkafka's codes (confluent_kafka.KafkaError), not imported: the module loads no client.

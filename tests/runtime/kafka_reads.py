@@ -1,4 +1,4 @@
-"""Spark's own Kafka source reading a topic through a ``KafkaInput``, in a fresh process.
+"""A ``KafkaInput``'s reader (Spark's Kafka source, or ours) reading a topic, in a new process.
 
 ``spark.jars`` must be set before a session starts, and the suite's shared
 session has none: :func:`read_with_spark` runs a short ``availableNow``
@@ -35,7 +35,10 @@ spark = local_session("kafka-source-spec", conf={
 })
 rows = source.stream_reader(spark, {topic: list(range(int(partitions)))}).load()
 query = (
-    rows.selectExpr("CAST(key AS STRING) AS key", "partition", "offset")
+    rows.selectExpr(
+        "CAST(key AS STRING) AS key", "partition", "offset", "CAST(value AS STRING) AS value",
+        "topic", "unix_millis(timestamp) AS millis", "timestampType",
+    )
     .writeStream.format("memory").queryName("landed")
     .option("checkpointLocation", checkpoint)
     .trigger(availableNow=True)
@@ -45,27 +48,31 @@ query.awaitTermination(240)
 assert not query.isActive, "the availableNow query did not finish in 240 s"
 assert query.exception() is None, query.exception()
 landed = [tuple(r) for r in spark.sql("SELECT key, partition, offset FROM landed").collect()]
+full = [tuple(r) for r in spark.sql("SELECT * FROM landed").collect()]
 batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
-print(json.dumps({"spark": spark.version, "rows": landed, "batches": batches}))
+print(json.dumps({"spark": spark.version, "rows": landed, "batches": batches, "full": full}))
 """
 
 
 def read_with_spark(
     source: KafkaInput, partitions: int, jars: list[str], workdir: Path
 ) -> dict[str, Any]:
-    """Every record of ``source``'s first topic, read by Spark's Kafka source with ``availableNow``.
+    """Every record of ``source``'s first topic, read by its reader with ``availableNow``.
 
     Returns
     -------
     dict
-        ``spark`` (its version), ``rows`` (``[key, partition, offset]`` each)
-        and ``batches`` (micro-batches that read records).
+        ``spark`` (its version), ``rows`` (``[key, partition, offset]`` each),
+        ``full`` (``[key, partition, offset, value, topic, timestamp ms,
+        timestampType]`` each) and ``batches`` (micro-batches that read records).
     """
     fields = {
         "bootstrap_servers": source.bootstrap_servers,
         "topics": list(source.topics),
         "max_records_per_batch": source.max_records_per_batch,
         "kafka_options": dict(source.kafka_options),
+        "admin_options": dict(source.admin_options),
+        "reader": source.reader,
     }
     result = subprocess.run(
         [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import kafka_jvm
 import pytest
@@ -139,7 +140,7 @@ def test_partitions_grow_from_4_to_8_and_keys_then_follow_the_new_count(
 
 
 @pytest.mark.slow
-def test_sparks_kafka_source_reads_every_record_with_available_now(
+def test_sparks_kafka_source_and_ours_read_every_record_alike_with_available_now(
     kafka: kafka_jvm.KafkaBroker, tmp_path: Path
 ) -> None:
     from confluent_kafka import Producer
@@ -155,15 +156,24 @@ def test_sparks_kafka_source_reads_every_record_with_available_now(
         producer.produce("spark-read", key=key.encode(), value=b"v")
     assert producer.flush(TIMEOUT) == 0
 
-    read = read_with_spark(
-        KafkaInput(kafka.bootstrap, ("spark-read",), max_records_per_batch=40), 4, jars, tmp_path
-    )
-    rows = read["rows"]
+    def read(reader: str) -> dict[str, Any]:
+        source = KafkaInput(
+            kafka.bootstrap, ("spark-read",), max_records_per_batch=40, reader=reader
+        )
+        (tmp_path / reader).mkdir()
+        return read_with_spark(source, 4, jars, tmp_path / reader)
+
+    theirs = read("spark")
+    rows = theirs["rows"]
     assert sorted(key for key, _, _ in rows) == sorted(keys)  # every record, once
     expected = dict(zip(keys, udfs.kafka_partitions(keys, 4).tolist(), strict=True))
     assert {key: partition for key, partition, _ in rows} == expected
     # maxOffsetsPerTrigger=40 over 150 records: availableNow runs at least 4 batches.
-    assert read["batches"] >= 4
+    assert theirs["batches"] >= 4
+    # spark-elastic's own source reads the same rows: keys, values, offsets, timestamps.
+    ours = read("elastic")
+    assert sorted(map(tuple, ours["full"])) == sorted(map(tuple, theirs["full"]))
+    assert ours["batches"] >= 4
 
 
 def test_the_cached_connector_is_the_four_jars_pyspark_lacks() -> None:

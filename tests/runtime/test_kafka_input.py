@@ -136,21 +136,37 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
     from spark_elastic.log.source import _Options
 
     partitions = {"clicks": [0, 3], "views": [1]}
-    kafka = KafkaInput(
-        "b1:9092,b2:9092",
-        ("clicks", "views"),
-        max_records_per_batch=500,
-        kafka_options={"security.protocol": "SSL"},
-    )
+
+    def kafka_input(reader: str) -> KafkaInput:
+        return KafkaInput(
+            "b1:9092,b2:9092",
+            ("clicks", "views"),
+            max_records_per_batch=500,
+            kafka_options={"security.protocol": "SSL", "ssl.truststore.location": "/t.jks"},
+            admin_options={"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"},
+            reader=reader,
+        )
+
     log = LogInput(str(tmp_path), ("clicks", "views"), max_records_per_batch=500)
-    kafka_options = kafka.source_options(partitions)
-    assert kafka_options == {
-        "kafka.security.protocol": "SSL",
+    kafka_options = kafka_input("spark").source_options(partitions)
+    shared = {
         "kafka.bootstrap.servers": "b1:9092,b2:9092",
         "assign": '{"clicks": [0, 3], "views": [1]}',
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": "500",
     }
+    # Spark's consumer takes the Java client's settings; elastic-kafka's librdkafka's.
+    assert kafka_options == {
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.truststore.location": "/t.jks",
+        **shared,
+    }
+    assert kafka_input("elastic").source_options(partitions) == {
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.ca.location": "/ca.pem",
+        **shared,
+    }
+    assert KafkaInput("b1:9092", "clicks").reader == "elastic"
     shared = {k: v for k, v in kafka_options.items() if not k.startswith("kafka.")}
     assert log.source_options(partitions) == {"path": str(tmp_path), **shared}
     # The log source ignores kafka.*: a Kafka job's options read the embedded log the same way.
@@ -188,6 +204,12 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
             ArgumentError,
             "KafkaInput.kafka_options: expected no 'bootstrap.servers' "
             "(KafkaInput.bootstrap_servers sets it), found {'bootstrap.servers': 'x:1'}",
+        ),
+        (
+            {"reader": "java"},
+            ArgumentError,
+            "KafkaInput.reader: expected a Kafka source, found 'java' "
+            "(valid choices: 'elastic', 'spark')",
         ),
         (
             {"admin_options": {"retries": 3}},
@@ -238,3 +260,24 @@ def test_the_kafka_example_creates_its_topic_once_and_produces_keyed_clicks(
     wrong = run("--partitions", "0")
     assert wrong.returncode == 2
     assert wrong.stderr.splitlines()[-1].endswith("found 0, 20000, 0")
+
+
+def test_moved_tasks_replay_behind_elastic_kafkas_gate_and_take_snapshots_with_sparks_source(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from spark_elastic import Job, ParquetSink
+    from spark_elastic.runtime.container import ContainerSettings
+    from spark_elastic.runtime.container.warmups import _replays
+
+    def job(source: object) -> Job:
+        sink = ParquetSink(str(tmp_path / "out"))
+        return Job("j", source, 2, str(tmp_path), sink, transform=lambda df: df)  # type: ignore[arg-type]
+
+    settings = ContainerSettings("c1", "http://127.0.0.1:1", "unused")
+    assert settings.warmup == "replay"
+    assert _replays(job(KafkaInput("b:9092", "clicks")), settings)
+    assert _replays(job(LogInput(str(tmp_path), "clicks")), settings)
+    assert not _replays(job(KafkaInput("b:9092", "clicks", reader="spark")), settings)
+    assert not _replays(job(KafkaInput("b:9092", "clicks")), replace(settings, warmup="snapshot"))

@@ -2,8 +2,9 @@
 
 The broker is the session's second one (the ``kafka_sasl`` fixture:
 Kafka 4 on 127.0.0.1, user ``alice``). A ``KafkaInput``'s ``admin_options``
-(librdkafka) reach its partition counts, end offsets and group commits, its
-``kafka_options`` (Java's client properties) Spark's consumer, and a
+(librdkafka) reach its partition counts, end offsets, group commits and the
+``elastic-kafka`` source's clients, its ``kafka_options`` (Java's client
+properties) Spark's consumer, and a
 ``KafkaSink``'s ``kafka_options`` its transactional producer. A wrong
 password is one line naming the options that carry it.
 """
@@ -103,7 +104,7 @@ def test_a_sink_logs_in_and_publishes_its_batch(
 
 
 @pytest.mark.slow
-def test_sparks_consumer_logs_in_with_the_inputs_kafka_options(
+def test_sparks_consumer_and_ours_log_in_with_the_inputs_options(
     kafka_sasl: kafka_jvm.KafkaBroker, tmp_path: Path
 ) -> None:
     from confluent_kafka import Producer
@@ -119,11 +120,16 @@ def test_sparks_consumer_logs_in_with_the_inputs_kafka_options(
         producer.produce("sasl-read", key=f"user-{i}".encode(), value=b"v")
     assert producer.flush(TIMEOUT) == 0
 
-    source = KafkaInput(
-        kafka_sasl.bootstrap,
-        ("sasl-read",),
-        kafka_options=java_options("alice", "alice-secret"),
-        admin_options=options,
-    )
-    read = read_with_spark(source, 2, jars, tmp_path)
-    assert sorted(key for key, _, _ in read["rows"]) == sorted(f"user-{i}" for i in range(30))
+    # Spark's consumer takes the Java client's settings, ours librdkafka's (admin_options).
+    for reader in ("spark", "elastic"):
+        source = KafkaInput(
+            kafka_sasl.bootstrap,
+            ("sasl-read",),
+            kafka_options=java_options("alice", "alice-secret"),
+            admin_options=options,
+            reader=reader,
+        )
+        (tmp_path / reader).mkdir()
+        read = read_with_spark(source, 2, jars, tmp_path / reader)
+        keys = sorted(key for key, _, _ in read["rows"])
+        assert keys == sorted(f"user-{i}" for i in range(30)), reader

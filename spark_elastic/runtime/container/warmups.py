@@ -2,7 +2,8 @@
 
 A container the job model lists as a *warm-up* (KIP-441) first starts its
 Spark application and Python workers; a stateful one then follows its old
-owners' committed state (:mod:`.follow`). On the embedded log it *replays*:
+owners' committed state (:mod:`.follow`). When its input's source has a
+gate (the embedded log, or Kafka through the ``elastic-kafka`` source) it *replays*:
 it takes a snapshot of its tasks' keys as its own checkpoint and starts
 its query there, reading up to where the old owners committed (the
 source's ``gate``) and applying those records to its state without output
@@ -10,7 +11,7 @@ source's ``gate``) and applying those records to its state without output
 it has caught up, and keeps following. When the coordinator hands it its
 tasks (their old owners stopped), it takes their final offsets as its
 fences and lifts the gate: the query it has been running publishes from
-there. Otherwise (a Kafka input, or ``SPARK_ELASTIC_WARMUP=snapshot``) it
+there. Otherwise (Spark's own Kafka source, or ``SPARK_ELASTIC_WARMUP=snapshot``) it
 renews a snapshot while it waits, registers after the first, and at the
 handover takes the snapshot as its checkpoint when the old owners committed
 nothing since (else rescales their checkpoints again) and starts its query.
@@ -62,7 +63,7 @@ from spark_elastic.runtime.container.query import (
 )
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.growth import grown_plan
-from spark_elastic.runtime.job import Job, LogInput
+from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.lease import ContainerLease
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import Fence, elastic_dir, write_fences
@@ -483,4 +484,5 @@ def _await_tasks(
 
 def _replays(job: Job, settings: ContainerSettings) -> bool:
     """Whether a stateful warm-up replays its old owners' records (their input has a gate)."""
-    return settings.warmup == "replay" and isinstance(job.input, LogInput)
+    # An input of the user's own that does not say has no gate.
+    return settings.warmup == "replay" and bool(getattr(job.input, "gated", False))
