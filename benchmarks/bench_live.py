@@ -24,10 +24,19 @@ its keyed state holds the given number of keys, a producer keeps about
     zero-output time as above, and the longest time the *whole job*
     published nothing.
 
+``--kafka``: the same on a real Apache Kafka broker (``make jars``; one
+broker per case, KRaft on loopback, stopped by its PID), the job reading
+its ``clicks`` topic through the default ``elastic-kafka`` source, and one
+more mode, ``spark``: Spark's own Kafka source (``reader="spark"``, the
+connector's jars given to the containers), whose warm-ups can only renew
+snapshots: what a Kafka job's move cost before spark-elastic had a source
+of its own.
+
 Run (about 40 minutes; nothing else should load the machine)::
 
     .venv/bin/python benchmarks/bench_live.py
     .venv/bin/python benchmarks/bench_live.py --keys 10000 --sections stall --modes replay
+    .venv/bin/python benchmarks/bench_live.py --kafka --keys 10000 --sections stall
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ import pyarrow.parquet as pq
 from spark_elastic import EmbeddedLog
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # kafka_jvm: the broker the specs start (--kafka)
 JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
 BUILD_BATCH = 100_000
 """Records per micro-batch while the state is built (the steady trickle is far smaller)."""
@@ -60,8 +70,12 @@ MODES = {
     "replay": [],
     "snapshot": ["--warm-up-mode", "snapshot"],
     "cold": ["--cold-moves"],
+    "spark": ["--warm-up-mode", "snapshot"],
 }
-"""How a move goes, and the ``job run`` options for it."""
+"""How a move goes, and the ``job run`` options for it (``spark``: ``--kafka`` only)."""
+
+KAFKA: Any = None
+"""``--kafka``: the case's broker (``tests/kafka_jvm.KafkaBroker``), else the embedded log."""
 
 
 def get_json(url: str) -> Any:
@@ -89,11 +103,37 @@ class Trickle(threading.Thread):
 
     def run(self) -> None:
         i = 0
-        with self.log.producer("clicks") as producer:
-            while not self.stopping.wait(0.1):
-                batch = [f"user-{(i + j) * 7919 % self.keys}".encode() for j in range(20)]
-                producer.send_many(batch, [b"x"] * len(batch))
-                i += len(batch)
+        while not self.stopping.wait(0.1):
+            batch = [f"user-{(i + j) * 7919 % self.keys}".encode() for j in range(20)]
+            send(self.log, batch)
+            i += len(batch)
+
+
+PRODUCERS: dict[str, Any] = {}
+"""One producer per broker: the trickle sends 20 records every 0.1 s."""
+
+
+def send(log: EmbeddedLog, users: list[bytes]) -> None:
+    """Clicks of ``users`` to the ``clicks`` topic: of the case's broker, else of ``log``."""
+    if KAFKA is None:
+        with log.producer("clicks") as producer:
+            producer.send_many(users, [b"x"] * len(users))
+        return
+    from confluent_kafka import Producer
+
+    producer = PRODUCERS.get(KAFKA.bootstrap)
+    if producer is None:
+        producer = PRODUCERS[KAFKA.bootstrap] = Producer(
+            {"bootstrap.servers": KAFKA.bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
+        )
+    for user in users:
+        while True:
+            try:
+                producer.produce("clicks", key=user, value=b"x")
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
 
 
 class RunningJob:
@@ -107,11 +147,20 @@ class RunningJob:
             "CLICKS_FACTOR": str(factor),
             "PYSPARK_PYTHON": sys.executable,
         }
+        jars: list[str] = []
+        if KAFKA is not None:
+            env["CLICKS_KAFKA"] = KAFKA.bootstrap
+            if mode == "spark":
+                import kafka_jvm  # type: ignore[import-not-found]
+
+                env["CLICKS_KAFKA_READER"] = "spark"
+                jars = ["--conf", f"spark.jars={','.join(kafka_jvm.spark_kafka_jars())}"]
         command = [
             sys.executable,
             *("-m", "spark_elastic", "job", "run", JOB, "--containers", "2", "--port", "0"),
             *MODES[mode],
             *(arg for setting in CONF for arg in ("--conf", setting)),
+            *jars,
         ]
         self.log_file = (root / "coordinator.log").open("w")
         self.process = subprocess.Popen(
@@ -170,15 +219,25 @@ def last_commit(checkpoint: str) -> float:
     return max(p.stat().st_mtime for p in commits)
 
 
+def batch_intervals(checkpoint: str, last: int = 6) -> list[float]:
+    """Seconds between an old owner's last ``last`` commits: its micro-batch interval."""
+    commits = [p for p in Path(checkpoint, "commits").glob("[0-9]*") if p.is_file()]
+    times = sorted(p.stat().st_mtime for p in commits)[-last:]
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
 def build_state(
     root: Path, keys: int, mode: str, factor: int = 4
 ) -> tuple[RunningJob, EmbeddedLog]:
     log = EmbeddedLog(root / "log", fsync=False)
-    log.create_topic("clicks", 2)
-    with log.producer("clicks") as producer:
-        for start in range(0, keys, 50_000):
-            users = [f"user-{i}".encode() for i in range(start, min(start + 50_000, keys))]
-            producer.send_many(users, [b"x"] * len(users))
+    if KAFKA is None:
+        log.create_topic("clicks", 2)
+    else:
+        import kafka_jvm
+
+        kafka_jvm.create_topics(KAFKA.bootstrap, {"clicks": 2})
+    for start in range(0, keys, 50_000):
+        send(log, [f"user-{i}".encode() for i in range(start, min(start + 50_000, keys))])
     job = RunningJob(root, mode, factor)
     started = time.monotonic()
     wait_until(f"{keys} keys of state built", job.caught_up)
@@ -199,8 +258,14 @@ def moves(job: RunningJob, before: dict[str, Any]) -> list[dict[str, Any]]:
             lambda c=c: published(job.root / "out", c["containerId"]),
         )[0]
         stopped = max(last_commit(s) for s in c["sources"])
+        intervals = [i for s in c["sources"] for i in batch_intervals(s)]
         result.append(
-            {"container": c["containerId"], "tasks": len(c["tasks"]), "stall": first - stopped}
+            {
+                "container": c["containerId"],
+                "tasks": len(c["tasks"]),
+                "stall": first - stopped,
+                "intervals": intervals,
+            }
         )
     return result
 
@@ -246,8 +311,29 @@ def case_dir(name: str) -> Any:
     yield str(folder)
 
 
+@contextlib.contextmanager
+def broker() -> Any:
+    """With ``--kafka``, a fresh broker for the case (its topic starts empty), else nothing."""
+    global KAFKA
+    if not USE_KAFKA:
+        yield
+        return
+    import kafka_jvm
+
+    with kafka_jvm.running_kafka() as running:
+        KAFKA = running
+        try:
+            yield
+        finally:
+            KAFKA = None
+
+
+USE_KAFKA = False
+"""``--kafka``: each case runs on a broker of its own."""
+
+
 def stall_case(keys: int, mode: str) -> dict[str, Any]:
-    with case_dir(f"stall-{keys}-{mode}") as tmp:
+    with case_dir(f"stall-{keys}-{mode}") as tmp, broker():
         job, log = build_state(Path(tmp), keys, mode)
         trickle = Trickle(log, keys)
         trickle.start()
@@ -258,12 +344,13 @@ def stall_case(keys: int, mode: str) -> dict[str, Any]:
             trickle.stopping.set()
             job.stop()
     stalls = [m["stall"] for m in result]
-    return {"keys": keys, "mode": mode, "stalls": stalls, "took": took}
+    intervals = sorted(i for m in result for i in m["intervals"])
+    return {"keys": keys, "mode": mode, "stalls": stalls, "took": took, "intervals": intervals}
 
 
 def factor_case(keys: int, mode: str, low: int, high: int) -> list[dict[str, Any]]:
     rows = []
-    with case_dir(f"factor-{keys}-{mode}-{low}-{high}") as tmp:
+    with case_dir(f"factor-{keys}-{mode}-{low}-{high}") as tmp, broker():
         job, log = build_state(Path(tmp), keys, mode, low)
         trickle = Trickle(log, keys)
         trickle.start()
@@ -296,16 +383,18 @@ def main() -> None:
         "--factors", default="2,4", help="the factor section's LOW,HIGH: split to HIGH, merge back"
     )
     parser.add_argument("--keep", type=Path, help="keep each case's files under this directory")
+    parser.add_argument("--kafka", action="store_true", help="on a real Kafka broker per case")
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a containers' setting"
     )
     args = parser.parse_args()
-    global KEEP
+    global KEEP, USE_KAFKA
     KEEP = args.keep
+    USE_KAFKA = args.kafka
     CONF.extend(args.conf)
     keys = [int(k) for k in args.keys.split(",")]
     sections = set(args.sections.split(","))
-    modes = [m for m in args.modes.split(",") if m]
+    modes = [m for m in args.modes.split(",") if m and (args.kafka or m != "spark")]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"--modes: expected some of {', '.join(MODES)}, found {unknown[0]!r}")
@@ -315,7 +404,8 @@ def main() -> None:
         parser.error(f"--factors: expected LOW,HIGH (two integers), found {args.factors!r}")
     if high <= low:
         parser.error(f"--factors: expected LOW below HIGH, found {args.factors!r}")
-    print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions", flush=True)
+    where = "a Kafka broker" if args.kafka else "the embedded log"
+    print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions of {where}", flush=True)
     if "stall" in sections:
         print(
             "\nstall of a moved task, factor 4, 2 -> 3 containers (every task moves):", flush=True
@@ -323,15 +413,25 @@ def main() -> None:
         for k in keys:
             for mode in modes:
                 row = stall_case(k, mode)
+                if not row["stalls"]:
+                    # A change past its deadline is rolled back: the old owners keep their tasks.
+                    print(
+                        f"  {k:>9} keys  {row['mode']:<9} no task moved: the change ended "
+                        f"without new owners after {row['took']:.0f} s (rolled back?)",
+                        flush=True,
+                    )
+                    continue
                 stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])
+                every = row["intervals"] or [float("nan")]
                 print(
                     f"  {k:>9} keys  {row['mode']:<9} stall per new owner {stalls} s "
-                    f"(max {max(row['stalls']):.1f} s); change made in {row['took']:.0f} s",
+                    f"(max {max(row['stalls']):.1f} s); change made in {row['took']:.0f} s; "
+                    f"old owners' last batches every {every[0]:.1f}-{every[-1]:.1f} s",
                     flush=True,
                 )
     if "factor" in sections:
         k = max(keys)
-        for mode in [m for m in modes if m != "cold"]:
+        for mode in [m for m in modes if m not in ("cold", "spark")]:
             print(f"\nlive factor change with {k} keys (2 containers, {mode}):", flush=True)
             for row in factor_case(k, mode, low, high):
                 stalls = ", ".join(f"{s:.1f}" for s in row["stalls"])

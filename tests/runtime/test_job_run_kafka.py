@@ -1,10 +1,13 @@
-"""A stateful job from Kafka to Kafka: failover, growth, a live scale, group lag, a crash.
+"""A stateful job from Kafka to Kafka, through what a running job meets on a real broker.
 
-The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``
+A paused container fenced, a killed one failed over, a coordinator restart,
+growth 4 -> 8, a live scale and a live split, the consumer group's lag, and
+a broker crash. The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``
 and ``CLICKS_OUT_TOPIC``) reads the ``clicks`` topic of the session's broker
-(the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through Spark's own
-Kafka source, its containers given the connector's jars (``--conf
-spark.jars=...``), and writes its rows to the ``click-counts`` topic through
+(the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through
+spark-elastic's own ``elastic-kafka`` source (no connector jars: moved
+tasks warm up by replaying behind its gate), and writes its rows to the
+``click-counts`` topic through
 an exactly-once ``KafkaSink``. Records are produced with librdkafka's
 ``murmur2_random`` partitioner, which is Java's. As on the embedded log
 (``test_job_run.py``), what a ``read_committed`` consumer of the output
@@ -15,6 +18,7 @@ twice, each key's records in order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +37,7 @@ from jobs import (
     key_ordered_counts,
     wait_until,
 )
+from standins import alive
 
 from spark_elastic import KafkaInput
 
@@ -111,31 +116,61 @@ def all_published(bootstrap: str, total: int) -> Callable[[], bool]:
     return lambda: len({(u, p, o) for u, _, p, o in published_rows(bootstrap)}) >= total
 
 
-def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
+def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_and_splits_live(
     kafka: kafka_jvm.KafkaBroker,
     start_job: Callable[..., RunningJob],
     clicks: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    try:
-        jars = kafka_jvm.spark_kafka_jars()
-    except kafka_jvm.KafkaJvmError as missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"{missing}: CI runs the Kafka specs")
-        pytest.skip(str(missing))
     kafka_jvm.create_topics(kafka.bootstrap, {TOPIC: 4, OUT: 4})
     produce(kafka.bootstrap, 0, RECORDS)
     total = RECORDS
     monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
     monkeypatch.setenv("CLICKS_OUT_TOPIC", OUT)
     monkeypatch.setenv("CLICKS_FACTOR", "2")  # 4 partitions x 2: 8 tasks
-    options = ("--partition-check-ms", "500", "--conf", f"spark.jars={','.join(jars)}")
+    options = ("--partition-check-ms", "500")
     job = start_job(2, None, 0, *options)
     running = wait_until(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
     wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+
+    # A container paused past its lease (SIGSTOP: a zombie): its tasks go to a new
+    # generation, and woken, it publishes nothing more (the lease, and the broker fencing
+    # its transactional id once the successor's producer starts under it).
+    zombie, zombie_pid = sorted(running.items())[1]
+    os.kill(zombie_pid, signal.SIGSTOP)
+    try:
+        produce(kafka.bootstrap, total, 2000)
+        total += 2000
+        wait_until(
+            "the paused container's tasks handed to a new generation",
+            lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zombie_pid, signal.SIGCONT)
+    wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
+    assert zombie in json.dumps(job.status().get("events", []))
+    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+
+    # The coordinator dies and comes back on its address while records arrive: the same
+    # containers go on, nothing relaunched.
+    job.process.send_signal(signal.SIGKILL)
+    job.process.wait(30)
+    produce(kafka.bootstrap, total, 1000)
+    total += 1000
+    port = int(job.url.rsplit(":", 1)[1])
+    again = start_job(2, clicks / "coordinator.db", port, *options)
+    again.pids.update(job.pids)
+    job = again
+    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+    assert job.running_containers() == running
 
     # A container killed outright: its tasks go on from its last Kafka offsets checkpointed.
     victim, victim_pid = sorted(running.items())[0]
@@ -170,8 +205,8 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     )
     wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
 
-    # 2 -> 3 containers while records arrive: the new owners warm up first (snapshots: Spark's
-    # Kafka source has no gate to replay behind) and keyed state moves with its tasks.
+    # 2 -> 3 containers while records arrive: the new owners warm up first, replaying their
+    # old owners' records behind the source's gate, and keyed state moves with its tasks.
     before = {c["containerId"] for c in job.job_model()["containers"]}
     scaled = run_cli("job", "scale", job.url, "--containers", "3")
     assert scaled.returncode == 0, scaled.stderr
@@ -184,6 +219,26 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     )
     warmed = {c["containerId"] for c in after["containers"]} - before
     job.status()  # records the new containers' pids for cleanup
+    produce(kafka.bootstrap, total, 1000)
+    total += 1000
+
+    # A live split, factor 2 -> 4, while records arrive: each new group warms up by replaying.
+    before = {c["containerId"] for c in job.job_model()["containers"]}
+    split = run_cli("job", "scale", job.url, "--elasticity-factor", "4")
+    assert split.returncode == 0, split.stderr
+    produce(kafka.bootstrap, total, 1000)
+    total += 1000
+    after = wait_until(
+        "factor 4",
+        lambda: (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == 4 and m,
+        timeout=CHANGE_DEADLINE_S,
+    )
+    # The tasks are still those of the 4 partitions planned (SEP-5: growth maps onto them).
+    assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(
+        f"Partition {p}_{b}_4" for p in range(4) for b in range(4)
+    )
+    warmed |= {c["containerId"] for c in after["containers"]} - before
+    job.status()
     produce(kafka.bootstrap, total, 1000)
     total += 1000
     wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
@@ -209,7 +264,7 @@ def test_a_stateful_job_on_kafka_fails_over_grows_and_scales_live(
     assert len(expected) == total
     assert published_rows(kafka.bootstrap) == expected
     ways = job.takeovers()
-    assert {ways.get(c) for c in warmed} == {"snapshot"}, ways
+    assert {ways.get(c) for c in warmed} == {"replay"}, ways
 
     # The broker crashes (SIGKILL) and comes back on its port with its files, while the job
     # runs: the status page says the input was lost and is back, and once records flow
