@@ -382,9 +382,9 @@ class _KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
         """The end of the next micro-batch: what the brokers hold, no further than the gate.
 
-        Runs on the driver once per trigger: one Metadata and one ListOffsets
-        request. A partition that is new since ``start`` starts at its
-        earliest offset (0 on a topic just grown).
+        Runs on the driver once per trigger: one DescribeTopics request (none
+        with ``assign``) and one ListOffsets request. A partition that is new
+        since ``start`` (a topic grown) starts at offset 0.
         """
         available = self._latest = self._brokers.offsets("latest")
         return _dump(next_end(_load(start), available, self._target, self._options.gate, limit))
@@ -412,7 +412,7 @@ class _KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 # librdkafka consumer takes tens of milliseconds (and a connection) to start.
 _CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
 _CONSUMERS_LOCK = threading.Lock()
-# Java-client and consumer-only names the admin client refuses.
+# Consumer settings (ours or the user's) that the admin client has no use for.
 _CONSUMER_ONLY: Final = frozenset({"isolation.level", "auto.offset.reset", "group.id"})
 
 
