@@ -228,8 +228,8 @@ class KafkaInput:
         brokers, in seconds.
     kafka_options
         Settings of Spark's Kafka consumer (Java client names, e.g.
-        ``security.protocol``), passed to Spark's source as ``kafka.<name>``
-        (``reader="spark"``).
+        ``security.protocol``), passed to Spark's source as ``kafka.<name>``;
+        only with ``reader="spark"`` (with ``elastic`` they are refused).
     admin_options
         Settings of the librdkafka clients (e.g. ``security.protocol``,
         ``sasl.username``): the ``AdminClient`` that reads partition counts
@@ -260,6 +260,14 @@ class KafkaInput:
         if self.reader not in KAFKA_READERS:
             raise ArgumentError.invalid(
                 "KafkaInput.reader", "a Kafka source", self.reader, KAFKA_READERS
+            )
+        if self.reader == "elastic" and self.kafka_options:
+            # Java's settings would reach no client: refuse rather than connect without them.
+            raise ArgumentError.invalid(
+                "KafkaInput.kafka_options",
+                "none with reader='elastic' (its clients are librdkafka's: give their "
+                "settings in admin_options), or reader='spark'",
+                dict(self.kafka_options),
             )
 
     @property

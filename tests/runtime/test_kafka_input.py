@@ -138,11 +138,12 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
     partitions = {"clicks": [0, 3], "views": [1]}
 
     def kafka_input(reader: str) -> KafkaInput:
+        java = {"security.protocol": "SSL", "ssl.truststore.location": "/t.jks"}
         return KafkaInput(
             "b1:9092,b2:9092",
             ("clicks", "views"),
             max_records_per_batch=500,
-            kafka_options={"security.protocol": "SSL", "ssl.truststore.location": "/t.jks"},
+            kafka_options=java if reader == "spark" else {},
             admin_options={"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"},
             reader=reader,
         )
@@ -210,6 +211,13 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
             ArgumentError,
             "KafkaInput.reader: expected a Kafka source, found 'java' "
             "(valid choices: 'elastic', 'spark')",
+        ),
+        (
+            {"kafka_options": {"security.protocol": "SSL"}},
+            ArgumentError,
+            "KafkaInput.kafka_options: expected none with reader='elastic' (its clients are "
+            "librdkafka's: give their settings in admin_options), or reader='spark', "
+            "found {'security.protocol': 'SSL'}",
         ),
         (
             {"admin_options": {"retries": 3}},

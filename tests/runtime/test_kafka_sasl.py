@@ -125,7 +125,7 @@ def test_sparks_consumer_and_ours_log_in_with_the_inputs_options(
         source = KafkaInput(
             kafka_sasl.bootstrap,
             ("sasl-read",),
-            kafka_options=java_options("alice", "alice-secret"),
+            kafka_options=java_options("alice", "alice-secret") if reader == "spark" else {},
             admin_options=options,
             reader=reader,
         )
