@@ -342,7 +342,8 @@ class _KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self._latest: Offsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_options": self._options, "_target": None}
+        # Only the options cross to the executors: the admin client and offsets stay here.
+        return {"_options": self._options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._options = state["_options"]
