@@ -228,6 +228,27 @@ def test_a_move_past_its_point_of_no_return_cannot_be_cancelled(in_process: InPr
     assert events(in_process, "change")[0].startswith("2 -> 1 containers: done in")
 
 
+@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
+def test_a_moves_old_owners_stop_once_their_warm_ups_have_caught_up(
+    in_process: InProcess, stateful: bool
+) -> None:
+    # A stateless job's warm-ups follow no state: nothing to catch up with, so its old
+    # owners stop at the next tick. A stateful job's wait for their warm-ups to say they
+    # caught up, or for the catch-up bound.
+    running(in_process, stateful=stateful, catch_up_s=30)
+    sup = in_process.supervisor
+    sup.change_factor(4)
+    sup.launch_pending()
+    in_process.register_all()  # warm-ups ready
+    seconds = 0
+    while sup.change is not None and sup.change.phase != "handing over" and seconds < 60:
+        in_process.step(1)
+        seconds += 1
+    assert sup.change is not None
+    assert sup.change.phase == "handing over"
+    assert (seconds > 30) if stateful else (seconds < 5)
+
+
 def test_another_change_is_refused_naming_the_one_in_flight(in_process: InProcess) -> None:
     running(in_process, stateful=True)
     in_process.supervisor.scale(3)

@@ -1469,7 +1469,9 @@ class Supervisor:
         group has said so, or ``catch_up_s`` after the listing. So the
         warm-ups' queries wait at their gates when the owners' last batch
         commits: their first batch as owners publishes.
-        A cold new owner (never launched) has nothing to catch up.
+        A cold new owner (never launched) has nothing to catch up, nor has a
+        stateless job's: it follows no state, so waiting for it would only
+        hold the move for ``catch_up_s`` per group.
         """
         ids = {o.container_id for o in owners}
         now = self.clock()
@@ -1490,7 +1492,7 @@ class Supervisor:
             return False
         if self._catching_up_since is None:  # listed by a coordinator before a restart
             self._catching_up_since = now
-        caught = all(
+        caught = not self.shape.stateful or all(
             w.container_id in self._caught_up or self._cold(w.container_id) for w in warmups
         )
         return caught or now > self._catching_up_since + self.catch_up_s
