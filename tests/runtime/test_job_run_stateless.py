@@ -1,4 +1,5 @@
-"""A stateless job as three containers (scaled, grown, fenced, killed), and two on a cluster.
+"""A stateless job as three containers (scaled, grown, fenced, killed, its coordinator
+restarted, split and merged), and two on a cluster.
 
 Compared with one batch query over the same log: every record reaches the
 virtual task the plan gives it (read once by the container owning it), in
@@ -19,6 +20,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from cli_runner import run_cli
 from jobs import (
     CHANGE_DEADLINE_S,
     RECORDS,
@@ -52,9 +54,9 @@ def tagged_rows(out: Path) -> list[Row]:
     return rows
 
 
-def reference(spark: SparkSession, root: Path, partitions: int = 2) -> set[Row]:
-    """Each record with the task the plan gives it: planned at 2 partitions, grown to
-    ``partitions`` by SEP-5's rule (partition p joins the tasks of p mod 2)."""
+def reference(spark: SparkSession, root: Path, partitions: int = 2, factor: int = 4) -> set[Row]:
+    """Each record with the task the plan gives it at ``factor``: planned at 2 partitions,
+    grown to ``partitions`` by SEP-5's rule (partition p joins the tasks of p mod 2)."""
     register_log_source(spark)
     clicks = (
         spark.read.format(LOG_SOURCE_FORMAT)
@@ -62,7 +64,7 @@ def reference(spark: SparkSession, root: Path, partitions: int = 2) -> set[Row]:
         .option("subscribe", "clicks")
         .load()
     )
-    plan = grown_plan("partition", 4, {"clicks": 2}, {"clicks": partitions})
+    plan = grown_plan("partition", factor, {"clicks": 2}, {"clicks": partitions})
     tagged = clicks.transform(with_virtual_tasks(plan=plan, route=False))
     return {
         (r.key.decode(), r.partition, r.offset, r.virtual_task)
@@ -83,7 +85,7 @@ def clicks(tmp_path: Path) -> Path:
 def run_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
     started: list[RunningJob] = []
 
-    def start(containers: int, *extra: str) -> RunningJob:
+    def start(containers: int, *extra: str, port: int = 0) -> RunningJob:
         env = {**os.environ, "CLICKS_ROOT": str(clicks), "PYSPARK_PYTHON": sys.executable}
         command = [
             sys.executable,
@@ -94,12 +96,14 @@ def run_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             JOB,
             "--containers",
             str(containers),
-            "--port",
-            "0",
+            *("--port", str(port), "--store", str(clicks / "coordinator.db")),
+            # Containers go on without their coordinator for about a minute of failed
+            # heartbeats: the story's coordinator restart may take a while on a loaded host.
+            *("--heartbeat-retries", "120"),
             *CONTAINER_CONF,
             *extra,
         ]
-        with (clicks / "coordinator.log").open("w") as log_file:
+        with (clicks / f"coordinator-{len(started)}.log").open("w") as log_file:
             process = subprocess.Popen(
                 command, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True
             )
@@ -155,7 +159,7 @@ def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-def test_three_containers_read_each_record_once_scale_grow_in_key_order_fence_and_fail_over(
+def test_each_record_published_once_through_scale_growth_failover_restart_split_and_merge(
     spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
     # One start-up for three stories (the suite's budget): reading, live scaling, growth.
@@ -187,16 +191,7 @@ def test_three_containers_read_each_record_once_scale_grow_in_key_order_fence_an
     produced = RECORDS
     for count in (2, 3):
         before = job.job_model()["version"]
-        result = subprocess.run(
-            [
-                sys.executable,
-                *("-m", "spark_elastic", "job", "scale", job.url),
-                *("--containers", str(count)),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = run_cli("job", "scale", job.url, "--containers", str(count))
         assert result.returncode == 0, result.stderr
         produce(log, produced, 1000)  # records arrive during the handover
         produced += 1000
@@ -277,3 +272,52 @@ def test_three_containers_read_each_record_once_scale_grow_in_key_order_fence_an
     expected = reference(spark, clicks, partitions=4)
     wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
     assert sorted(tagged_rows(clicks / "tasks-out")) == sorted(expected)
+
+    # The coordinator dies and comes back on its address while records arrive: the same
+    # containers go on, and publish each new record once.
+    running = wait_until(
+        "three running containers",
+        lambda: len(job.running_containers()) == 3 and job.running_containers(),
+    )
+    job.process.send_signal(signal.SIGKILL)
+    job.process.wait(30)
+    produce(log, produced + 9000, 1000)
+    produced += 10000
+    again = run_job(3, "--partition-check-ms", "500", port=int(job.url.rsplit(":", 1)[1]))
+    again.pids.update(job.pids)
+    expected = reference(spark, clicks, partitions=4)
+    wait_until("every record tagged", lambda: set(tagged_rows(clicks / "tasks-out")) >= expected)
+    assert sorted(tagged_rows(clicks / "tasks-out")) == sorted(expected)
+    assert again.running_containers() == running
+
+    # A live split, factor 4 -> 8, then a merge back to 4, each while records arrive: a
+    # record is tagged with its task at the factor in force when it was read, and is
+    # published once whichever generation read it.
+    for factor in (8, 4):
+        changed = run_cli("job", "scale", again.url, "--elasticity-factor", str(factor))
+        assert changed.returncode == 0, changed.stderr
+        produce(log, produced, 1000)
+        produced += 1000
+        model = wait_until(
+            f"factor {factor}",
+            lambda f=factor: (
+                (m := again.job_model())["warmups"] == [] and m["elasticityFactor"] == f and m
+            ),
+            timeout=CHANGE_DEADLINE_S,
+        )
+        assert sorted(t for c in model["containers"] for t in c["tasks"]) == sorted(
+            f"Partition {p}_{b}_{factor}" for p in range(2) for b in range(factor)
+        )
+        again.status()  # records the new containers' pids for cleanup
+    produce(log, produced, 1000)  # for the merged tasks' owners
+    produced += 1000
+    at = {f: {r[:3]: r[3] for r in reference(spark, clicks, 4, f)} for f in (4, 8)}
+    assert len(at[4]) == produced
+    wait_until(
+        "every record tagged",
+        lambda: {r[:3] for r in tagged_rows(clicks / "tasks-out")} >= set(at[4]),
+    )
+    rows = tagged_rows(clicks / "tasks-out")
+    assert sorted(r[:3] for r in rows) == sorted(at[4])  # each record's row once
+    assert [r for r in rows if r[3] not in (at[4][r[:3]], at[8][r[:3]])] == []
+    assert any(r[3] == at[8][r[:3]] for r in rows), "no record was read at factor 8"
