@@ -1,7 +1,7 @@
 """A stateful job from Kafka to Kafka, through what a running job meets on a real broker.
 
 A paused container fenced, a killed one failed over, a coordinator restart,
-growth 4 -> 8, a live scale and a live split, the consumer group's lag, and
+growth 4 -> 8, a live scale, a live split and merge, the consumer group's lag, and
 a broker crash. The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``
 and ``CLICKS_OUT_TOPIC``) reads the ``clicks`` topic of the session's broker
 (the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through
@@ -116,7 +116,7 @@ def all_published(bootstrap: str, total: int) -> Callable[[], bool]:
     return lambda: len({(u, p, o) for u, _, p, o in published_rows(bootstrap)}) >= total
 
 
-def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_and_splits_live(
+def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_and_merges(
     kafka: kafka_jvm.KafkaBroker,
     start_job: Callable[..., RunningJob],
     clicks: Path,
@@ -222,25 +222,29 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_and_spl
     produce(kafka.bootstrap, total, 1000)
     total += 1000
 
-    # A live split, factor 2 -> 4, while records arrive: each new group warms up by replaying.
-    before = {c["containerId"] for c in job.job_model()["containers"]}
-    split = run_cli("job", "scale", job.url, "--elasticity-factor", "4")
-    assert split.returncode == 0, split.stderr
-    produce(kafka.bootstrap, total, 1000)
-    total += 1000
-    after = wait_until(
-        "factor 4",
-        lambda: (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == 4 and m,
-        timeout=CHANGE_DEADLINE_S,
-    )
-    # The tasks are still those of the 4 partitions planned (SEP-5: growth maps onto them).
-    assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(
-        f"Partition {p}_{b}_4" for p in range(4) for b in range(4)
-    )
-    warmed |= {c["containerId"] for c in after["containers"]} - before
-    job.status()
-    produce(kafka.bootstrap, total, 1000)
-    total += 1000
+    # A live split, factor 2 -> 4, then a merge back to 2, each while records arrive: each
+    # new group warms up by replaying, its state split or merged from its old owners'.
+    for factor in (4, 2):
+        before = {c["containerId"] for c in job.job_model()["containers"]}
+        changed = run_cli("job", "scale", job.url, "--elasticity-factor", str(factor))
+        assert changed.returncode == 0, changed.stderr
+        produce(kafka.bootstrap, total, 1000)
+        total += 1000
+        after = wait_until(
+            f"factor {factor}",
+            lambda f=factor: (
+                (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == f and m
+            ),
+            timeout=CHANGE_DEADLINE_S,
+        )
+        # The tasks are still those of the 4 partitions planned (SEP-5: growth maps onto them).
+        assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(
+            f"Partition {p}_{b}_{factor}" for p in range(4) for b in range(factor)
+        )
+        warmed |= {c["containerId"] for c in after["containers"]} - before
+        job.status()
+        produce(kafka.bootstrap, total, 1000)
+        total += 1000
     wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
 
     # Kafka's own tools show the job's lag: its consumer group (named for the job) holds,
