@@ -1,8 +1,11 @@
 """A stateless job for ``spark-elastic job run``: tag every click with its virtual task.
 
-Reads the ``clicks`` topic of the embedded log at ``$CLICKS_ROOT/log`` and
-writes ``(user, partition, offset, task)`` for every click, each virtual
-task's records in offset order, to Parquet under ``$CLICKS_ROOT/tasks-out``::
+Reads the ``clicks`` topic of the embedded log at ``$CLICKS_ROOT/log`` (or,
+with ``CLICKS_KAFKA`` set to a broker's ``host:port``, the topic
+``CLICKS_TOPIC`` there, default ``clicks``, through spark-elastic's
+``elastic-kafka`` source) and writes ``(user,
+partition, offset, task)`` for every click, each virtual task's records in
+offset order, to Parquet under ``$CLICKS_ROOT/tasks-out``::
 
     spark-elastic job run examples/jobs/click_tasks.py:job --containers 3
 
@@ -15,9 +18,11 @@ import os
 
 import pandas as pd
 
-from spark_elastic import Job, LogInput, ParquetSink, map_tasks_in_pandas
+from spark_elastic import Job, KafkaInput, LogInput, ParquetSink, map_tasks_in_pandas
 
 ROOT = os.environ.get("CLICKS_ROOT", "/tmp/spark-elastic-clicks")
+KAFKA = os.environ.get("CLICKS_KAFKA")
+TOPIC = os.environ.get("CLICKS_TOPIC", "clicks")
 SCHEMA = "user string, partition int, offset long, task string"
 
 
@@ -39,7 +44,11 @@ def tag(task: str, rows: pd.DataFrame) -> pd.DataFrame:
 
 job = Job(
     name="click-tasks",
-    input=LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=2000),
+    input=(
+        KafkaInput(KAFKA, (TOPIC,), max_records_per_batch=2000)
+        if KAFKA
+        else LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=2000)
+    ),
     elasticity_factor=4,
     checkpoint_root=f"{ROOT}/tasks-checkpoints",
     sink=ParquetSink(f"{ROOT}/tasks-out"),

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = f"{ROOT / 'examples' / 'jobs' / 'click_counts.py'}:job"
+TASKS_JOB = f"{ROOT / 'examples' / 'jobs' / 'click_tasks.py'}:job"
+"""The stateless counterpart: every click tagged with its virtual task."""
 RECORDS = 6000
 USERS = 97
 APPLY_DEADLINE_S = 600.0
@@ -160,6 +162,21 @@ def output_rows(out: Path) -> list[tuple[str, int, int, int]]:
     return sorted(rows)
 
 
+def tagged_rows(out: Path) -> list[tuple[str, int, int, str]]:
+    """``(user, partition, offset, task)`` of every row :data:`TASKS_JOB` published.
+
+    A list: a record published twice shows twice.
+    """
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[str, int, int, str]] = []
+    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
+        with contextlib.suppress(FileNotFoundError):
+            t = pq.read_table(success.parent).to_pydict()
+            rows.extend(zip(t["user"], t["partition"], t["offset"], t["task"], strict=True))
+    return rows
+
+
 def produce(log: EmbeddedLog, start: int, count: int) -> None:
     """Clicks ``start`` to ``start + count``, in one append per partition.
 
@@ -185,7 +202,12 @@ class JobStarter:
         self.started: list[RunningJob] = []
 
     def __call__(
-        self, containers: int, store: Path | None = None, port: int = 0, *extra: str
+        self,
+        containers: int,
+        store: Path | None = None,
+        port: int = 0,
+        *extra: str,
+        job: str = JOB,
     ) -> RunningJob:
         clicks = self.clicks
         env = {
@@ -195,7 +217,7 @@ class JobStarter:
         }
         command = [
             sys.executable,
-            *("-m", "spark_elastic", "job", "run", JOB),
+            *("-m", "spark_elastic", "job", "run", job),
             *("--containers", str(containers), "--port", str(port)),
             *("--store", str(store or clicks / "coordinator.db")),
             *("--lease-ms", str(LEASE_MS), "--margin-ms", str(MARGIN_MS)),

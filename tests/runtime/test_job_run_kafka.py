@@ -1,4 +1,5 @@
-"""A stateful job from Kafka to Kafka, through what a running job meets on a real broker.
+"""A stateful job from Kafka to Kafka, and a stateless one, through what a running job meets
+on a real broker.
 
 A paused container fenced, a killed one failed over, a coordinator restart,
 growth 4 -> 8, a live scale, a live split and merge, the consumer group's lag, and
@@ -13,7 +14,10 @@ an exactly-once ``KafkaSink``. Records are produced with librdkafka's
 (``test_job_run.py``), what a ``read_committed`` consumer of the output
 reads is compared at the end with a single key-ordered pass over what the
 broker holds, row for row: nothing lost, nothing applied or published
-twice, each key's records in order.
+twice, each key's records in order. The stateless job
+(``examples/jobs/click_tasks.py`` with ``CLICKS_KAFKA``) goes through a
+failover, a split and a scale, and its Parquet rows are compared with the
+plan's task for each record the broker holds.
 """
 
 from __future__ import annotations
@@ -32,14 +36,18 @@ from jobs import (
     APPLY_DEADLINE_S,
     CHANGE_DEADLINE_S,
     RECORDS,
+    TASKS_JOB,
     USERS,
     RunningJob,
     key_ordered_counts,
+    tagged_rows,
     wait_until,
 )
+from pyspark.sql import SparkSession
 from standins import alive
 
-from spark_elastic import KafkaInput
+from spark_elastic import KafkaInput, with_virtual_tasks
+from spark_elastic.runtime.growth import grown_plan
 
 pytestmark = pytest.mark.slow
 
@@ -54,13 +62,13 @@ def clicks(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def produce(bootstrap: str, start: int, count: int) -> None:
+def produce(bootstrap: str, start: int, count: int, topic: str = TOPIC) -> None:
     """Clicks ``start .. start+count-1`` with the embedded log specs' keys and values."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     for i in range(start, start + count):
-        producer.produce(TOPIC, key=f"user-{(i * 7919) % USERS}".encode(), value=f"click-{i}")
+        producer.produce(topic, key=f"user-{(i * 7919) % USERS}".encode(), value=f"click-{i}")
     assert producer.flush(TIMEOUT) == 0
 
 
@@ -79,17 +87,17 @@ def grow(bootstrap: str, partitions: int) -> None:
     )
 
 
-def records_on(bootstrap: str, count: int) -> list[tuple[bytes, int, int]]:
+def records_on(bootstrap: str, count: int, topic: str = TOPIC) -> list[tuple[bytes, int, int]]:
     """``(key, partition, offset)`` of the topic's ``count`` records, read back from the broker."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    partitions = admin.list_topics(TOPIC, timeout=TIMEOUT).topics[TOPIC].partitions
+    partitions = admin.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "spec-reads", "enable.auto.commit": False}
     )
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in partitions])
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     found: dict[tuple[int, int], bytes] = {}
 
     def read() -> bool:
@@ -289,3 +297,89 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     wait_until("the input's return on the status page", said("the input answers again"), 60)
     expected = key_ordered_counts(records_on(kafka.bootstrap, total), planned=4)
     assert published_rows(kafka.bootstrap) == expected
+
+
+TAGGED = "tagged-clicks"  # the stateless job's topic on the session's broker
+
+
+def tasks_of(
+    spark: SparkSession, records: list[tuple[bytes, int, int]], factor: int
+) -> dict[tuple[str, int, int], str]:
+    """``{(user, partition, offset): task}``: each record's virtual task at ``factor`` (2
+    partitions planned), by the plan and hash the job's containers route with."""
+    plan = grown_plan("partition", factor, {TAGGED: 2}, {TAGGED: 2})
+    df = spark.createDataFrame(
+        [(key, TAGGED, partition, offset) for key, partition, offset in records],
+        "key binary, topic string, partition int, offset long",
+    )
+    tagged = df.transform(with_virtual_tasks(plan=plan, route=False))
+    return {
+        (r.key.decode(), r.partition, r.offset): r.virtual_task
+        for r in tagged.select("key", "partition", "offset", "virtual_task").collect()
+    }
+
+
+def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_scale_and_split(
+    spark: SparkSession,
+    kafka: kafka_jvm.KafkaBroker,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The stateless job (examples/jobs/click_tasks.py: every click tagged with its virtual
+    # task, to Parquet) on 3 containers reading 2 partitions at factor 4 through
+    # elastic-kafka: a container killed, a live split to factor 8, a scale 3 -> 2, each
+    # while records arrive. Each record's row is published once, tagged with its task at
+    # the factor in force when it was read.
+    kafka_jvm.create_topics(kafka.bootstrap, {TAGGED: 2})
+    produce(kafka.bootstrap, 0, RECORDS, TAGGED)
+    total = RECORDS
+    monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
+    monkeypatch.setenv("CLICKS_TOPIC", TAGGED)
+    job = start_job(3, None, 0, job=TASKS_JOB)
+    out = clicks / "tasks-out"
+
+    def all_tagged(count: int) -> Callable[[], bool]:
+        return lambda: len({r[:3] for r in tagged_rows(out)}) >= count
+
+    wait_until("every record tagged", all_tagged(total), APPLY_DEADLINE_S)
+    running = wait_until(
+        "three running containers",
+        lambda: len(job.running_containers()) == 3 and job.running_containers(),
+    )
+
+    victim, victim_pid = sorted(running.items())[0]
+    os.kill(victim_pid, signal.SIGKILL)
+    produce(kafka.bootstrap, total, 1000, TAGGED)
+    total += 1000
+    wait_until(
+        "the killed container's tasks given to a successor",
+        lambda: victim not in {c["containerId"] for c in job.job_model()["containers"]},
+        timeout=CHANGE_DEADLINE_S,
+    )
+    wait_until("every record tagged", all_tagged(total), APPLY_DEADLINE_S)
+
+    for option, value, settled in (
+        ("--elasticity-factor", "8", lambda m: m["elasticityFactor"] == 8),
+        ("--containers", "2", lambda m: len(m["containers"]) == 2),
+    ):
+        changed = run_cli("job", "scale", job.url, option, value)
+        assert changed.returncode == 0, changed.stderr
+        produce(kafka.bootstrap, total, 1000, TAGGED)
+        total += 1000
+        wait_until(
+            f"{option} {value}",
+            lambda s=settled: (m := job.job_model())["warmups"] == [] and s(m),
+            timeout=CHANGE_DEADLINE_S,
+        )
+        job.status()  # records the new containers' pids for cleanup
+    produce(kafka.bootstrap, total, 1000, TAGGED)
+    total += 1000
+    wait_until("every record tagged", all_tagged(total), APPLY_DEADLINE_S)
+
+    records = records_on(kafka.bootstrap, total, TAGGED)
+    at = {factor: tasks_of(spark, records, factor) for factor in (4, 8)}
+    rows = tagged_rows(out)
+    assert sorted(r[:3] for r in rows) == sorted(at[4])  # each record's row once
+    assert [r for r in rows if r[3] not in (at[4][r[:3]], at[8][r[:3]])] == []
+    assert any(r[3] == at[8][r[:3]] and r[3] != at[4][r[:3]] for r in rows)

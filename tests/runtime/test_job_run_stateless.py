@@ -24,9 +24,11 @@ from cli_runner import run_cli
 from jobs import (
     CHANGE_DEADLINE_S,
     RECORDS,
+    TASKS_JOB,
     RunningJob,
     produce,
     published_batches,
+    tagged_rows,
     wait_until,
 )
 from jvm import CONTAINER_CONF
@@ -40,18 +42,7 @@ from spark_elastic.runtime.growth import grown_plan
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-JOB = f"{ROOT / 'examples' / 'jobs' / 'click_tasks.py'}:job"
 Row = tuple[str, int, int, str]
-
-
-def tagged_rows(out: Path) -> list[Row]:
-    rows: list[Row] = []
-    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
-        with contextlib.suppress(FileNotFoundError):
-            t = pq.read_table(success.parent).to_pydict()
-            rows.extend(zip(t["user"], t["partition"], t["offset"], t["task"], strict=True))
-    return rows
 
 
 def reference(spark: SparkSession, root: Path, partitions: int = 2, factor: int = 4) -> set[Row]:
@@ -93,7 +84,7 @@ def run_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
             "spark_elastic",
             "job",
             "run",
-            JOB,
+            TASKS_JOB,
             "--containers",
             str(containers),
             *("--port", str(port), "--store", str(clicks / "coordinator.db")),
