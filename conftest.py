@@ -80,6 +80,32 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return StoriesInTurn(config, log)
 
 
+_BUSY: dict[str, list[float]] = {}
+"""Seconds in specs (setup, call, teardown) and specs run, per xdist worker: the balance of
+the two workers, which decides the suite's time (the stories' worker has been the longer)."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each worker's time in specs (in the controller, which sees every report)."""
+    node = getattr(report, "node", None)  # xdist's worker, on reports it forwards
+    worker = node.gateway.id if node is not None else "main"
+    busy = _BUSY.setdefault(worker, [0.0, 0])
+    busy[0] += report.duration
+    busy[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say how long each worker spent in specs, so the balance can be read off CI's output."""
+    if len(_BUSY) > 1:
+        terminalreporter.write_line(
+            "time in specs per worker: "
+            + ", ".join(
+                f"{worker} {seconds / 60:.1f} min ({int(specs)} specs)"
+                for worker, (seconds, specs) in sorted(_BUSY.items())
+            )
+        )
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession shared by every test (Spark takes ~10 s to start)."""

@@ -6,7 +6,7 @@ offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 (default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
 from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
 ``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
-``host:port`` it reads the ``clicks`` topic there instead, with
+``host:port`` it reads the topic ``CLICKS_TOPIC`` (default ``clicks``) there instead, with
 spark-elastic's ``elastic-kafka`` source (``CLICKS_KAFKA_READER=spark``:
 Spark's own, whose containers then need Spark's Kafka connector: ``--conf
 spark.jars=...``, see docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its rows
@@ -39,6 +39,7 @@ from spark_elastic import (
 ROOT = os.environ.get("CLICKS_ROOT", "/tmp/spark-elastic-clicks")
 BATCH = int(os.environ.get("CLICKS_BATCH", "2000"))
 KAFKA = os.environ.get("CLICKS_KAFKA")
+TOPIC = os.environ.get("CLICKS_TOPIC", "clicks")
 OUT_TOPIC = os.environ.get("CLICKS_OUT_TOPIC")
 
 
@@ -69,7 +70,7 @@ job = Job(
     input=(
         KafkaInput(
             KAFKA,
-            ("clicks",),
+            (TOPIC,),
             max_records_per_batch=BATCH,
             reader=os.environ.get("CLICKS_KAFKA_READER", "elastic"),
         )

@@ -8,23 +8,28 @@ second is more than it can carry on any machine. The job is at rest before
 and after the step (so the warm-ups, each its own Spark application, get
 the machine's cores); a few records arrive during each move. Every move
 goes through KIP-441 warm-ups, here in ``--warm-up-mode snapshot`` (the
-mode of Kafka inputs, which have no gate to replay through: the warm-up
-renews a copy of its old owners' state and starts its query at the
-handover); ``test_job_run.py`` moves tasks through replaying warm-ups.
-At the end, the sink's rows are compared with a single key-ordered pass
-over the same log: nothing lost, nothing applied twice, each key's records
-in order. (``benchmarks/bench_autoscale.py``
-runs a x4 step from a steady load, against a fixed-size job.)
+mode of an input without a gate, such as Kafka read by Spark's own source:
+the warm-up renews a copy of its old owners' state and starts its query at
+the handover); ``test_job_run.py`` moves tasks through replaying warm-ups.
+The story runs twice: on the embedded log, and on a topic of the session's
+Kafka broker read through ``elastic-kafka``. At the end, the sink's rows are
+compared with a single key-ordered pass over the same records: nothing
+lost, nothing applied twice, each key's records in order.
+(``benchmarks/bench_autoscale.py`` runs a x4 step from a steady load,
+against a fixed-size job.)
 """
 
 from __future__ import annotations
 
 import threading
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import kafka_clicks
+import kafka_jvm
 import pytest
 from jobs import (
     APPLY_DEADLINE_S,
@@ -32,6 +37,7 @@ from jobs import (
     RunningJob,
     all_applied,
     counts_in_key_order,
+    key_ordered_counts,
     produce,
     wait_until,
 )
@@ -47,14 +53,52 @@ BATCH = 100  # records a micro-batch reads at most; with the 1 s trigger, 100 a 
 STEP = 400  # records a second
 
 
+class Clicks:
+    """Where the job reads its clicks: 2 partitions of the embedded log, or of a Kafka topic."""
+
+    def __init__(self, root: Path, kafka: kafka_jvm.KafkaBroker | None) -> None:
+        self.root, self.kafka = root, kafka
+        if kafka is None:
+            self.log = EmbeddedLog(root / "log")
+            self.log.create_topic("clicks", 2)
+        else:
+            self.topic = f"autoscale-{uuid.uuid4().hex[:8]}"
+            kafka_jvm.create_topics(kafka.bootstrap, {self.topic: 2})
+            self.producer = kafka_clicks.producer(kafka.bootstrap)
+
+    def env(self) -> dict[str, str]:
+        """What points ``examples/jobs/click_counts.py`` at them."""
+        if self.kafka is None:
+            return {}
+        return {"CLICKS_KAFKA": self.kafka.bootstrap, "CLICKS_TOPIC": self.topic}
+
+    def produce(self, start: int, count: int) -> None:
+        if self.kafka is None:
+            produce(self.log, start, count)
+        else:
+            kafka_clicks.produce(self.producer, self.topic, start, count)
+
+    def expected(self, spark: SparkSession, total: int) -> list[tuple[str, int, int, int]]:
+        """The click-count rows of a single key-ordered pass over the ``total`` records."""
+        if self.kafka is None:
+            return counts_in_key_order(spark, self.root, planned=2)
+        records = kafka_clicks.records_on(self.kafka.bootstrap, self.topic, total)
+        return key_ordered_counts(records, planned=2)
+
+
+@pytest.fixture(params=["log", "kafka"])
+def source(request: pytest.FixtureRequest, tmp_path: Path) -> Clicks:
+    """A few clicks over 2 partitions, of the embedded log or of the session's broker."""
+    kafka = request.getfixturevalue("kafka") if request.param == "kafka" else None
+    clicks = Clicks(tmp_path, kafka)
+    clicks.produce(0, INITIAL)
+    return clicks
+
+
 @pytest.fixture
-def clicks(tmp_path: Path) -> Path:
-    """An embedded log with a few clicks over 2 partitions (``start_job`` runs on it, in
-    place of the shared fixture's log)."""
-    log = EmbeddedLog(tmp_path / "log")
-    log.create_topic("clicks", 2)
-    produce(log, 0, INITIAL)
-    return tmp_path
+def clicks(source: Clicks) -> Path:
+    """The job's files (``start_job`` runs on them, in place of the shared fixture's log)."""
+    return source.root
 
 
 class Load(threading.Thread):
@@ -64,15 +108,15 @@ class Load(threading.Thread):
     conditions.
     """
 
-    def __init__(self, log: EmbeddedLog, start: int, rate: int) -> None:
+    def __init__(self, source: Clicks, start: int, rate: int) -> None:
         super().__init__(daemon=True)
-        self.log, self.next, self.rate = log, start, rate
+        self.source, self.next, self.rate = source, start, rate
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.wait(0.1):
             due = self.rate // 10
-            produce(self.log, self.next, due)
+            self.source.produce(self.next, due)
             self.next += due
 
     def stop(self) -> int:
@@ -117,10 +161,12 @@ def settled(job: RunningJob, containers: int) -> Callable[[], dict[str, Any] | N
 def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
     spark: SparkSession,
     start_job: Callable[..., RunningJob],
-    clicks: Path,
+    source: Clicks,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CLICKS_BATCH", str(BATCH))
+    for name, value in source.env().items():
+        monkeypatch.setenv(name, value)
     job = start_job(
         1,
         None,
@@ -130,7 +176,6 @@ def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
         *("--autoscale-cooldown-ms", "10000"),
         *("--warm-up-mode", "snapshot"),  # the other mode's end-to-end proof
     )
-    log = EmbeddedLog(clicks / "log")
     wait_until("the first records applied", all_applied(job, INITIAL))
     # On once the job is at rest (its first records are a backlog a loaded machine may be
     # slow to drain), with the processing rate over 10 s, not 30: the scale-in comes sooner.
@@ -143,7 +188,7 @@ def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
     )
     assert autoscaler_actions(job) == []
 
-    load = Load(log, INITIAL, STEP)
+    load = Load(source, INITIAL, STEP)
     load.start()
     try:
         (out,) = wait_until("a scale-out", lambda: autoscaler_actions(job))
@@ -155,7 +200,7 @@ def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
     pending = job.job_model()
     assert [len(c["tasks"]) for c in pending["containers"]] == [8]
     assert [len(w["tasks"]) for w in pending["warmups"]] == [4, 4]
-    produce(log, total, 100)
+    source.produce(total, 100)
     total += 100
     wait_until("two containers own the tasks", settled(job, 2), timeout=CHANGE_DEADLINE_S)
 
@@ -164,16 +209,16 @@ def test_a_load_step_scales_a_stateful_job_out_once_and_back_once(
     wait_until("a scale-in", lambda: len(autoscaler_actions(job)) == 2, timeout=CHANGE_DEADLINE_S)
     back = autoscaler_actions(job)[1]
     assert back.startswith("autoscaler scale-in to 1: underused"), back
-    produce(log, total, 100)  # for the old owners while their successor warms up
+    source.produce(total, 100)  # for the old owners while their successor warms up
     total += 100
     last = wait_until("one container owns the tasks", settled(job, 1), timeout=CHANGE_DEADLINE_S)
     assert [len(c["tasks"]) for c in last["containers"]] == [8]
-    produce(log, total, 100)  # for the last owner, with the state it took over
+    source.produce(total, 100)  # for the last owner, with the state it took over
     total += 100
     wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
     # One action for the step and one after it: no flapping.
     assert {a: n for a, n in actions_taken(job).items() if n} == {"scale-out": 1, "scale-in": 1}
-    assert job.output_rows() == counts_in_key_order(spark, clicks, planned=2)
+    assert job.output_rows() == source.expected(spark, total)
     # Three warm-ups (two for the scale-out, one for the scale-in), none of them replaying:
     # each started from the state it followed, or from checkpoints its owners committed past.
     ways = job.takeovers()

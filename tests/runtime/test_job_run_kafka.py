@@ -37,12 +37,12 @@ from jobs import (
     CHANGE_DEADLINE_S,
     RECORDS,
     TASKS_JOB,
-    USERS,
     RunningJob,
     key_ordered_counts,
     tagged_rows,
     wait_until,
 )
+from kafka_clicks import produce, records_on
 from pyspark.sql import SparkSession
 from standins import alive
 
@@ -62,16 +62,6 @@ def clicks(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def produce(bootstrap: str, start: int, count: int, topic: str = TOPIC) -> None:
-    """Clicks ``start .. start+count-1`` with the embedded log specs' keys and values."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
-    for i in range(start, start + count):
-        producer.produce(topic, key=f"user-{(i * 7919) % USERS}".encode(), value=f"click-{i}")
-    assert producer.flush(TIMEOUT) == 0
-
-
 def grow(bootstrap: str, partitions: int) -> None:
     """Add partitions with Kafka's CreatePartitions; returns once the metadata lists them."""
     from confluent_kafka.admin import AdminClient, NewPartitions
@@ -85,32 +75,6 @@ def grow(bootstrap: str, partitions: int) -> None:
             len(admin.list_topics(TOPIC, timeout=TIMEOUT).topics[TOPIC].partitions) == partitions
         ),
     )
-
-
-def records_on(bootstrap: str, count: int, topic: str = TOPIC) -> list[tuple[bytes, int, int]]:
-    """``(key, partition, offset)`` of the topic's ``count`` records, read back from the broker."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    partitions = admin.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "spec-reads", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    found: dict[tuple[int, int], bytes] = {}
-
-    def read() -> bool:
-        for message in consumer.consume(num_messages=count, timeout=0.5):
-            if message.error() is None:
-                found[message.partition(), message.offset()] = message.key()
-        return len(found) >= count
-
-    try:
-        wait_until(f"{count} records read back from the broker", read)
-    finally:
-        consumer.close()
-    return [(key, partition, offset) for (partition, offset), key in found.items()]
 
 
 def published_rows(bootstrap: str) -> list[tuple[str, int, int, int]]:
@@ -131,7 +95,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kafka_jvm.create_topics(kafka.bootstrap, {TOPIC: 4, OUT: 4})
-    produce(kafka.bootstrap, 0, RECORDS)
+    produce(kafka.bootstrap, TOPIC, 0, RECORDS)
     total = RECORDS
     monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
     monkeypatch.setenv("CLICKS_OUT_TOPIC", OUT)
@@ -150,7 +114,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     zombie, zombie_pid = sorted(running.items())[1]
     os.kill(zombie_pid, signal.SIGSTOP)
     try:
-        produce(kafka.bootstrap, total, 2000)
+        produce(kafka.bootstrap, TOPIC, total, 2000)
         total += 2000
         wait_until(
             "the paused container's tasks handed to a new generation",
@@ -171,7 +135,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     # containers go on, nothing relaunched.
     job.process.send_signal(signal.SIGKILL)
     job.process.wait(30)
-    produce(kafka.bootstrap, total, 1000)
+    produce(kafka.bootstrap, TOPIC, total, 1000)
     total += 1000
     port = int(job.url.rsplit(":", 1)[1])
     again = start_job(2, clicks / "coordinator.db", port, *options)
@@ -190,7 +154,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
         ),
     )
     os.kill(victim_pid, signal.SIGKILL)
-    produce(kafka.bootstrap, total, 2000)
+    produce(kafka.bootstrap, TOPIC, total, 2000)
     total += 2000
     wait_until(
         "a new container forked from the killed one's checkpoint",
@@ -202,9 +166,9 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
 
     # The topic grows 4 -> 8 through CreatePartitions, with a backlog in the old partitions:
     # the old partitions drain to what they held before anything in the new ones is read.
-    produce(kafka.bootstrap, total, 4000)
+    produce(kafka.bootstrap, TOPIC, total, 4000)
     grow(kafka.bootstrap, 8)
-    produce(kafka.bootstrap, total + 4000, 2000)
+    produce(kafka.bootstrap, TOPIC, total + 4000, 2000)
     total += 6000
     wait_until(
         "the job model grown to 8 partitions",
@@ -218,7 +182,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     before = {c["containerId"] for c in job.job_model()["containers"]}
     scaled = run_cli("job", "scale", job.url, "--containers", "3")
     assert scaled.returncode == 0, scaled.stderr
-    produce(kafka.bootstrap, total, 1000)
+    produce(kafka.bootstrap, TOPIC, total, 1000)
     total += 1000
     after = wait_until(
         "3 containers",
@@ -227,7 +191,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     )
     warmed = {c["containerId"] for c in after["containers"]} - before
     job.status()  # records the new containers' pids for cleanup
-    produce(kafka.bootstrap, total, 1000)
+    produce(kafka.bootstrap, TOPIC, total, 1000)
     total += 1000
 
     # A live split, factor 2 -> 4, then a merge back to 2, each while records arrive: each
@@ -236,7 +200,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
         before = {c["containerId"] for c in job.job_model()["containers"]}
         changed = run_cli("job", "scale", job.url, "--elasticity-factor", str(factor))
         assert changed.returncode == 0, changed.stderr
-        produce(kafka.bootstrap, total, 1000)
+        produce(kafka.bootstrap, TOPIC, total, 1000)
         total += 1000
         after = wait_until(
             f"factor {factor}",
@@ -251,12 +215,13 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
         )
         warmed |= {c["containerId"] for c in after["containers"]} - before
         job.status()
-        produce(kafka.bootstrap, total, 1000)
+        produce(kafka.bootstrap, TOPIC, total, 1000)
         total += 1000
     wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
 
     # Kafka's own tools show the job's lag: its consumer group (named for the job) holds,
-    # for every partition, where every task reading it has got to: the end, by now.
+    # for every partition, where every task reading it has got to: the end, by now. (The
+    # autoscaler's story runs a job of the same name on another topic of this broker.)
     ends = {
         (TOPIC, p): o for p, o in KafkaInput(kafka.bootstrap, (TOPIC,)).end_offsets(TOPIC).items()
     }
@@ -266,13 +231,14 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
             {
                 k: offset
                 for k, (offset, _) in kafka_jvm.describe_group(kafka.bootstrap, "clicks").items()
+                if k[0] == TOPIC
             }
             == ends
         ),
         timeout=60,
     )
 
-    expected = key_ordered_counts(records_on(kafka.bootstrap, total), planned=4)
+    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, total), planned=4)
     assert len(expected) == total
     assert published_rows(kafka.bootstrap) == expected
     ways = job.takeovers()
@@ -291,11 +257,11 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
         wait_until("the input's loss on the status page", said("check failed: InputError"), 60)
     finally:
         kafka.restart()  # the session's broker: later specs of this worker use it
-    produce(kafka.bootstrap, total, 1000)
+    produce(kafka.bootstrap, TOPIC, total, 1000)
     total += 1000
     wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
     wait_until("the input's return on the status page", said("the input answers again"), 60)
-    expected = key_ordered_counts(records_on(kafka.bootstrap, total), planned=4)
+    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, total), planned=4)
     assert published_rows(kafka.bootstrap) == expected
 
 
@@ -332,7 +298,7 @@ def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_sc
     # while records arrive. Each record's row is published once, tagged with its task at
     # the factor in force when it was read.
     kafka_jvm.create_topics(kafka.bootstrap, {TAGGED: 2})
-    produce(kafka.bootstrap, 0, RECORDS, TAGGED)
+    produce(kafka.bootstrap, TAGGED, 0, RECORDS)
     total = RECORDS
     monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
     monkeypatch.setenv("CLICKS_TOPIC", TAGGED)
@@ -350,7 +316,7 @@ def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_sc
 
     victim, victim_pid = sorted(running.items())[0]
     os.kill(victim_pid, signal.SIGKILL)
-    produce(kafka.bootstrap, total, 1000, TAGGED)
+    produce(kafka.bootstrap, TAGGED, total, 1000)
     total += 1000
     wait_until(
         "the killed container's tasks given to a successor",
@@ -365,7 +331,7 @@ def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_sc
     ):
         changed = run_cli("job", "scale", job.url, option, value)
         assert changed.returncode == 0, changed.stderr
-        produce(kafka.bootstrap, total, 1000, TAGGED)
+        produce(kafka.bootstrap, TAGGED, total, 1000)
         total += 1000
         wait_until(
             f"{option} {value}",
@@ -373,11 +339,11 @@ def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_sc
             timeout=CHANGE_DEADLINE_S,
         )
         job.status()  # records the new containers' pids for cleanup
-    produce(kafka.bootstrap, total, 1000, TAGGED)
+    produce(kafka.bootstrap, TAGGED, total, 1000)
     total += 1000
     wait_until("every record tagged", all_tagged(total), APPLY_DEADLINE_S)
 
-    records = records_on(kafka.bootstrap, total, TAGGED)
+    records = records_on(kafka.bootstrap, TAGGED, total)
     at = {factor: tasks_of(spark, records, factor) for factor in (4, 8)}
     rows = tagged_rows(out)
     assert sorted(r[:3] for r in rows) == sorted(at[4])  # each record's row once
