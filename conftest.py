@@ -38,35 +38,57 @@ os.environ["SPARK_SUBMIT_OPTS"] = SHORT_LIVED_OPTIONS
 os.environ.pop("SPARK_CONF_DIR", None)  # on the class path, it would void the archive
 
 
-# The end-to-end specs: real coordinators and containers, several Spark applications each.
-END_TO_END = (
-    "test_job_run.py",
-    "test_job_run_stateless.py",
-    "test_job_operable.py",
-    "test_job_autoscale.py",
-    "test_job_run_kafka.py",
-)
+# The end-to-end specs: real coordinators and containers, several Spark applications each,
+# as two units of work (``file`` or ``file::test-name prefix``). One worker runs the first
+# unit's stories in turn; the other runs the second unit's lighter stories (one or two
+# containers at a time, or a short story) beside them, then every other file.
+STORIES = {
+    "end-to-end": (
+        "test_job_run.py",
+        "test_job_run_stateless.py",
+        "test_job_operable.py",
+        "test_job_run_kafka.py",
+    ),
+    "end-to-end, beside": (
+        "test_job_autoscale.py",
+        "test_job_run_kafka.py::test_a_stateless_job_on_kafka",
+    ),
+}
+
+
+def story_unit(nodeid: str) -> str | None:
+    """The unit of :data:`STORIES` a spec belongs to (the longest match), if any."""
+    name = nodeid.rsplit("/", 1)[-1]
+    matches = [
+        (len(prefix), unit)
+        for unit, prefixes in STORIES.items()
+        for prefix in prefixes
+        if name == prefix or name.startswith(prefix if "::" in prefix else f"{prefix}::")
+    ]
+    return max(matches)[1] if matches else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put the end-to-end specs first, so that ``make test`` starts them at once."""
+    units = list(STORIES)
 
     def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return END_TO_END.index(name) if name in END_TO_END else len(END_TO_END)
+        unit = story_unit(item.nodeid)
+        return units.index(unit) if unit is not None else len(units)
 
     items.sort(key=rank)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Deal the end-to-end files as one unit under ``--dist loadfile``; the rest by file.
+    """Deal each unit of :data:`STORIES` as one under ``--dist loadfile``; the rest by file.
 
-    Each story runs three to eight Spark applications, and two stories side by side on
-    the 2 cores starved them (containers 80 s from their tasks to a first batch, Python
-    workers that missed Spark's fixed 10 s to connect back, heartbeats late past the
-    lease). So one worker runs the stories in turn while the other takes every other
-    file. (xdist's own ``loadgroup`` cannot do this under pytest 9: it renames node ids
-    through an attribute pytest 9 no longer reads.)
+    Each story runs three to eight Spark applications, and two heavy stories side by
+    side on the 2 cores starved them (session 14: containers 80 s from their tasks to a
+    first batch, Python workers that missed Spark's fixed 10 s to connect back,
+    heartbeats late past the lease). So one worker runs the heavy stories in turn while
+    the other takes the light ones, then every other file. (xdist's own ``loadgroup``
+    cannot do this under pytest 9: it renames node ids through an attribute pytest 9 no
+    longer reads.)
     """
     if config.getvalue("dist") != "loadfile":
         return None
@@ -74,8 +96,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class StoriesInTurn(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = super()._split_scope(nodeid)
-            return "end-to-end" if file.rsplit("/", 1)[-1] in END_TO_END else file
+            unit = story_unit(nodeid)
+            return unit if unit is not None else super()._split_scope(nodeid)
 
     return StoriesInTurn(config, log)
 
