@@ -6,11 +6,13 @@ offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 (default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
 from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
 ``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
-``host:port`` it reads the topic ``CLICKS_TOPIC`` (default ``clicks``) there instead, with
-spark-elastic's ``elastic-kafka`` source (``CLICKS_KAFKA_READER=spark``:
-Spark's own, whose containers then need Spark's Kafka connector: ``--conf
-spark.jars=...``, see docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its rows
-to that topic of the broker, exactly-once (``KafkaSink``, keyed by user)::
+``host:port`` it reads the topic ``CLICKS_TOPIC`` (default ``clicks``)
+there instead, with spark-elastic's ``elastic-kafka`` source
+(``CLICKS_KAFKA_READER=spark``: Spark's own, whose containers then need
+Spark's Kafka connector: ``--conf spark.jars=...``, see
+docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its
+rows to that topic of the broker, exactly-once (``KafkaSink``, keyed by
+user)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
     spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
