@@ -153,7 +153,9 @@ def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
 def test_each_record_published_once_through_scale_growth_failover_restart_split_and_merge(
     spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
-    # One start-up for three stories (the suite's budget): reading, live scaling, growth.
+    # One start-up for every story of a running stateless job (the suite's budget):
+    # reading, live scaling, growth, a fence, a failover, a coordinator restart, a split
+    # and a merge.
     job = run_job(3, "--partition-check-ms", "500")
     check_against_reference(spark, job, clicks)
 
