@@ -252,7 +252,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def start_job(clicks: Path) -> Iterator[Callable[..., RunningJob]]:
-    """``start_job(containers, store=None, port=0, *extra)``: the click-count job on ``clicks``.
+    """``start_job(containers, store=None, port=0, *extra, job=JOB)``: the click-count job
+    (or ``job``) on ``clicks``.
 
     Every job it started is stopped at the end, and what it launched killed.
     """

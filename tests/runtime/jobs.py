@@ -192,7 +192,7 @@ def produce(log: EmbeddedLog, start: int, count: int) -> None:
 class JobStarter:
     """Starts ``spark-elastic job run`` of :data:`JOB` on the log under ``clicks``.
 
-    Called as ``start_job(containers, store=None, port=0, *extra)``, it returns
+    Called as ``start_job(containers, store=None, port=0, *extra, job=JOB)``, it returns
     the :class:`RunningJob` once its status URL is printed; :meth:`cleanup`
     stops every job it started and kills what they launched.
     """
@@ -207,7 +207,7 @@ class JobStarter:
         store: Path | None = None,
         port: int = 0,
         *extra: str,
-        job: str = JOB,
+        job: str | None = None,
     ) -> RunningJob:
         clicks = self.clicks
         env = {
@@ -217,7 +217,7 @@ class JobStarter:
         }
         command = [
             sys.executable,
-            *("-m", "spark_elastic", "job", "run", job),
+            *("-m", "spark_elastic", "job", "run", job or JOB),
             *("--containers", str(containers), "--port", str(port)),
             *("--store", str(store or clicks / "coordinator.db")),
             *("--lease-ms", str(LEASE_MS), "--margin-ms", str(MARGIN_MS)),

@@ -170,10 +170,9 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
 
 
 def test_a_job_spark_refuses_at_start_fails_saying_why(
-    start_job: Callable[..., RunningJob], clicks: Path, monkeypatch: pytest.MonkeyPatch
+    start_job: Callable[..., RunningJob], clicks: Path
 ) -> None:
-    monkeypatch.setattr("jobs.JOB", f"{HERE / 'refused_job.py'}:job")
-    job = start_job(1, None, 0, "--max-start-failures", "2")
+    job = start_job(1, None, 0, "--max-start-failures", "2", job=f"{HERE / 'refused_job.py'}:job")
     state = wait_until(
         "the job failed", lambda: (s := job.status())["jobState"]["state"] == "failed" and s
     )["jobState"]
