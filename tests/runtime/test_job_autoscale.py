@@ -11,8 +11,9 @@ goes through KIP-441 warm-ups, here in ``--warm-up-mode snapshot`` (the
 mode of an input without a gate, such as Kafka read by Spark's own source:
 the warm-up renews a copy of its old owners' state and starts its query at
 the handover); ``test_job_run.py`` moves tasks through replaying warm-ups.
-The story runs twice: on the embedded log, and on a topic of the session's
-Kafka broker read through ``elastic-kafka``. At the end, the sink's rows are
+The story runs on the embedded log, and with ``SPARK_ELASTIC_STORIES=all``
+on a topic of the session's Kafka broker read through ``elastic-kafka``
+too (:data:`INPUTS`). At the end, the sink's rows are
 compared with a single key-ordered pass over the same records: nothing
 lost, nothing applied twice, each key's records in order.
 (``benchmarks/bench_autoscale.py`` runs a x4 step from a steady load,
@@ -21,6 +22,7 @@ against a fixed-size job.)
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.request
 import uuid
@@ -86,7 +88,13 @@ class Clicks:
         return key_ordered_counts(records, planned=2)
 
 
-@pytest.fixture(params=["log", "kafka"])
+INPUTS = ["log", *(["kafka"] if os.environ.get("SPARK_ELASTIC_STORIES") == "all" else [])]
+"""The story's inputs. On Kafka it passed alone (290 s) and in session 18's fresh-clone run
+(616 s beside the other stories), but ``make test`` leaves it out for the suite's time
+(that run took 73 min); ``SPARK_ELASTIC_STORIES=all`` runs it."""
+
+
+@pytest.fixture(params=INPUTS)
 def source(request: pytest.FixtureRequest, tmp_path: Path) -> Clicks:
     """A few clicks over 2 partitions, of the embedded log or of the session's broker."""
     kafka = request.getfixturevalue("kafka") if request.param == "kafka" else None
