@@ -63,7 +63,7 @@ def story_unit(nodeid: str) -> str | None:
         (len(prefix), unit)
         for unit, prefixes in STORIES.items()
         for prefix in prefixes
-        if name == prefix or name.startswith(prefix if "::" in prefix else f"{prefix}::")
+        if name.startswith(prefix if "::" in prefix else f"{prefix}::")
     ]
     return max(matches)[1] if matches else None
 

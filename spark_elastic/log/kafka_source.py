@@ -499,7 +499,11 @@ def _records(
             if error.code() in (_AUTO_OFFSET_RESET, _OFFSET_OUT_OF_RANGE) and not _lost(
                 consumer, task, position
             ):
-                return []  # set back to `position`: what this batch holds is read again
+                from confluent_kafka import TopicPartition
+
+                # Set back to `position`: what this batch holds is read again.
+                consumer.assign([TopicPartition(task.topic, task.partition, position)])
+                return []
             raise _read_error(options, task, error)
         messages = [m for m, error in zip(messages, errors, strict=True) if error is None]
     if messages and messages[-1].offset() >= task.end:
@@ -535,20 +539,14 @@ def _batch(task: _LogPartition, messages: list[Any]) -> pa.RecordBatch:
 
 
 def _lost(consumer: Any, task: _LogPartition, position: int) -> bool:
-    """Whether the brokers no longer hold the next offset to read (retention deleted it).
-
-    When they do hold it, the consumer is set back to ``position`` (what the
-    task read last, plus one) and the read goes on.
-    """
+    """Whether the brokers no longer hold ``position``, the next offset to read (retention
+    deleted it): their earliest offset is past it."""
     from confluent_kafka import TopicPartition
 
     low, _ = consumer.get_watermark_offsets(
         TopicPartition(task.topic, task.partition), timeout=_ADMIN_TIMEOUT_S, cached=False
     )
-    if low > position:
-        return True
-    consumer.assign([TopicPartition(task.topic, task.partition, position)])
-    return False
+    return bool(low > position)
 
 
 def _read_error(options: _Options, task: _LogPartition, error: Any) -> InputError:
