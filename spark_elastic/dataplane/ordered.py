@@ -202,7 +202,12 @@ def check_timestamp_column(df: DataFrame, name: str, defaulted: bool = False) ->
 
 
 def timestamp_order(
-    topics: Any, partitions: Any, offsets: Any, timestamps: Any, what: str = "timestamp"
+    topics: Any,
+    partitions: Any,
+    offsets: Any,
+    timestamps: Any,
+    what: str = "timestamp",
+    since: Mapping[tuple[str, int], Any] | None = None,
 ) -> Any:
     """Positions of records in the order a k-way merge by head timestamp gives them.
 
@@ -227,6 +232,11 @@ def timestamp_order(
         Each record's coordinates and time.
     what
         The timestamp column's name, for the error message.
+    since
+        Per ``(topic, partition)``: the partition-time its earlier records
+        reached (a task holding records back across micro-batches passes
+        it, so a record keeps the place it would have had in one merge of
+        everything). Same kind of values as ``timestamps``.
 
     Returns
     -------
@@ -257,6 +267,14 @@ def timestamp_order(
         )
     in_partitions = frame.sort_values(["topic", "partition", "offset"], kind="stable")
     partition_time = in_partitions.groupby(["topic", "partition"], sort=False)["time"].cummax()
+    if since:
+        floors = [
+            since.get((str(t), int(p)), time)
+            for t, p, time in zip(
+                in_partitions["topic"], in_partitions["partition"], partition_time, strict=True
+            )
+        ]
+        partition_time = partition_time.where(partition_time >= floors, floors)
     in_partitions = in_partitions.assign(partition_time=partition_time)
     merged = in_partitions.sort_values(
         ["partition_time", "topic", "partition", "offset"], kind="stable"

@@ -2,7 +2,9 @@
 
 Owns :mod:`.bucket_checkpoints` (the pure math of per-bucket offsets across
 split and merge), :mod:`.chunks` (how keyed state is laid out in the
-StateStore: keys grouped into chunks by key slot), :mod:`.checkpoint_dir`
+StateStore: keys grouped into chunks by key slot), :mod:`.holdback` (the
+pure steps of holding records back in time order, Kafka Streams'
+``max.task.idle.ms``), :mod:`.checkpoint_dir`
 (the library's files beside Spark's in a checkpoint: ``job.json`` and the
 owner lock), :mod:`.processor`
 (``with_task_state``, :class:`~.processor.TaskProcessor` and its per-task

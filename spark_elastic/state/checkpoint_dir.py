@@ -104,6 +104,9 @@ class JobSpec:
     new partition ``p`` joins the task of ``p mod`` the count here); ``None``: :attr:`inputs`."""
     state_layout: int = field(default=LAYOUT_VERSION, compare=False)
     """How keyed state is stored: 1, one StateStore entry per key (before 0.2); 2, chunks."""
+    holds_back: bool = field(default=False, compare=False)
+    """Whether its tasks hold records back in time order (``max_task_idle_ms`` above 0): their
+    state then has held records, and the query runs in processing-time mode."""
 
     def same_job(self, other: JobSpec) -> bool:
         """Whether ``other`` describes the same job (factor and owned tasks aside)."""
@@ -210,6 +213,8 @@ class JobSpec:
                 {"system": s.system, "stream": s.stream, "partitions": s.partition_count}
                 for s in self.task_inputs
             ],
+            # Only when set, so job files of queries that never hold back stay as they were.
+            **({"holdsBack": True} if self.holds_back else {}),
         }
 
     @classmethod
@@ -230,6 +235,7 @@ class JobSpec:
                 tasks=None if tasks is None else tuple(str(t) for t in tasks),
                 starting_offsets=document.get("startingOffsets"),
                 state_layout=int(document.get("stateLayout", 1)),
+                holds_back=bool(document.get("holdsBack", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{source}: not a spark-elastic job file ({exc!r})") from None

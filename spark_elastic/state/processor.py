@@ -84,6 +84,15 @@ from spark_elastic.state.chunks import (
     regroup,
     should_grow,
 )
+from spark_elastic.state.holdback import (
+    HELD_SCHEMA,
+    HELD_STATE,
+    check_idle,
+    decode_held,
+    encode_held,
+    release,
+    unplaced,
+)
 from spark_elastic.state.query_settings import STATE_PARTITIONS_METRIC, install_start_hook
 
 if TYPE_CHECKING:
@@ -126,6 +135,8 @@ _METRICS = (
     "spark_elastic_skipped",
     "spark_elastic_bucket_ns",
     "spark_elastic_resolve_ns",
+    "spark_elastic_held",
+    "spark_elastic_enforced",
 )
 _INTERNAL_INPUT = ("routing_key", BUCKET_HASH)
 
@@ -487,6 +498,7 @@ class _TaskRoute:
     name: str
     key_bucket: int
     task_id: int
+    partitions: tuple[tuple[str, int], ...] = ()
 
 
 class _ElasticProcessor:
@@ -508,10 +520,14 @@ class _ElasticProcessor:
         key_column: str = "key",
         fences: str | None = None,
         order: tuple[str, str] = ("offset", "timestamp"),
+        idle_ms: int = 0,
     ) -> None:
         self.user = user
         self.fences = fences
         self.order, self.timestamp = order
+        # Hold-back (Kafka Streams' max.task.idle.ms) only when asked: a query without it
+        # keeps the state variables and time mode checkpoints made before it had.
+        self.idle_ms = idle_ms
         self.routes = dict(routes)
         self.factor = elasticity_factor
         self.state_schema = state_schema
@@ -529,6 +545,9 @@ class _ElasticProcessor:
         self.checkpoints = handle.getMapState(
             CHECKPOINT_STATE, CHECKPOINT_KEY_SCHEMA, CHECKPOINT_VALUE_SCHEMA
         )
+        if self.idle_ms:
+            self.handle = handle
+            self.held = handle.getValueState(HELD_STATE, HELD_SCHEMA)
 
     def handleInitialState(
         self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
@@ -539,6 +558,15 @@ class _ElasticProcessor:
                 self.state.updateValue((int(row.chunk),), (int(row.entries), bytes(row.data)))
             elif row.kind == "layout":
                 self.layout.update((int(row.depth), int(row.keys)))
+            elif row.kind == "held":
+                if self.idle_ms:
+                    self.held.update((bytes(row.data), str(row.clocks)))
+                else:
+                    raise CheckpointError(
+                        f"virtual task {self.routes[int(key[0])].name}: its seed holds records "
+                        "held back in time order (max_task_idle_ms), but this query does not "
+                        "hold records back; start it with max_task_idle_ms > 0"
+                    )
             else:
                 entry = (str(row.stream), int(row.partition), int(row.key_bucket), int(row.factor))
                 self.checkpoints.updateValue(entry, (int(row.next_offset),))
@@ -555,7 +583,8 @@ class _ElasticProcessor:
         if not frames:
             return
         batch = pd.concat(frames, ignore_index=True)
-        batch = in_order(batch, self.order, KafkaColumns(), self.timestamp)
+        if not self.idle_ms:
+            batch = in_order(batch, self.order, KafkaColumns(), self.timestamp)
 
         started = time.perf_counter_ns()
         if self.bucket_checkpoints:
@@ -568,54 +597,110 @@ class _ElasticProcessor:
         fresh = batch[~skip]
         if self.bucket_checkpoints:
             self._advance(fresh, entries, route.key_bucket)
+        resolve_ns = time.perf_counter_ns() - started - bucket_ns
+        ready, held, enforced = fresh, 0, 0
+        if self.idle_ms:
+            ready, held, enforced = self._hold_back(route, fresh, _now_ms(timer_values))
+        elif self.order == "timestamp":
+            enforced = unplaced(fresh, route.partitions)
+        yield from self._apply(route, ready)
+        yield self._metrics(len(fresh), int(skip.sum()), bucket_ns, resolve_ns, held, enforced)
+
+    def handleExpiredTimer(
+        self, key: tuple[Any, ...], timer_values: Any, expired_timer_info: Any
+    ) -> Iterator[pd.DataFrame]:
+        """A held task's wait is over: release what it holds (executor, per timer)."""
+        (routing_key,) = key
+        route = self.routes[int(routing_key)]
+        if not self.idle_ms:
+            return
+        now = max(_now_ms(timer_values), int(expired_timer_info.getExpiryTimeInMs()))
+        ready, held, enforced = self._hold_back(route, None, now)
+        yield from self._apply(route, ready)
+        yield self._metrics(0, 0, 0, 0, held, enforced)
+
+    def _hold_back(
+        self, route: _TaskRoute, fresh: pd.DataFrame | None, now_ms: int
+    ) -> tuple[pd.DataFrame, int, int]:
+        """Merge what the task held with what is new; keep what cannot be placed yet.
+
+        Returns the records to apply now, how many stay held, and how many
+        were released without waiting (:func:`~spark_elastic.state.holdback.release`).
+        """
+        import pandas as pd
+
+        stored = self.held.get()
+        held, clocks = (None, {}) if stored is None else decode_held(stored[0], stored[1])
+        parts = [f for f in (held, fresh) if f is not None and len(f)]
+        if not parts:
+            return pd.DataFrame(), 0, 0
+        buffer = pd.concat(parts, ignore_index=True)
+        if "virtual_task" in buffer.columns:
+            # Held across a split or merge, a record names the task that first read it.
+            buffer["virtual_task"] = route.name
+        step = release(buffer, route.partitions, clocks, now_ms, self.idle_ms, self.timestamp)
+        for when in self.handle.listTimers():
+            self.handle.deleteTimer(when)
+        if len(step.held):
+            self.held.update(encode_held(step.held, step.clocks))
+            if step.wake_at_ms is not None:
+                self.handle.registerTimer(step.wake_at_ms)
+        else:
+            self.held.update(encode_held(buffer.iloc[:0], step.clocks))
+        return step.ready, len(step.held), step.enforced
+
+    def _apply(self, route: _TaskRoute, fresh: pd.DataFrame) -> Iterator[pd.DataFrame]:
+        """Apply records in order to the task's state and yield the processor's output.
+
+        Records below the checkpoint's output fences were published by an
+        earlier owner: they go into the state and their output is dropped.
+        """
+        if not len(fresh):
+            return
         fences = _fences(self.fences)
         quiet = _covered(fresh, fences) if fences else np.zeros(len(fresh), dtype=bool)
-        resolve_ns = time.perf_counter_ns() - started - bucket_ns
-
-        if len(fresh):
-            known = {
-                _state_key(k): int(b)
-                for k, b in zip(fresh[self.key_column], fresh[BUCKET_HASH], strict=True)
-                if k is not None
-            }
-            stored = self.layout.get()
-            layout = None if stored is None else Layout(int(stored[0]), int(stored[1]))
-            state = TaskState(
-                route.name,
-                route.key_bucket,
-                self.factor,
-                self.state,
-                fields=self.state_fields,
-                hash=self.hash,
-                known_hashes=known,
-                layout=layout,
-            )
-            state._prefetch(fresh[BUCKET_HASH].to_numpy())
-            user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
-            if quiet.any() and self.order == "timestamp":
-                # In time order the quiet records of one partition interleave with the new
-                # ones of another: each run goes through in turn, a quiet run's output dropped.
-                for is_quiet, run in _runs(quiet):
-                    part = user_rows.iloc[run].reset_index(drop=True)
-                    for out in frames_of(self.user.process(state, part)):
-                        checked = self._rows(out)  # a quiet run's output is checked too
-                        if not is_quiet:
-                            yield checked
-                user_rows = user_rows.iloc[:0]
-            elif quiet.any():
-                # Published by an earlier owner: into the state, not the output. A key's
-                # quiet records all come before its others, so its order holds.
-                replayed = user_rows[quiet].reset_index(drop=True)
-                for out in frames_of(self.user.process(state, replayed)):
-                    self._rows(out)  # still checked, as every output is
-                user_rows = user_rows[~quiet].reset_index(drop=True)
-            if len(user_rows):
-                for out in frames_of(self.user.process(state, user_rows)):
-                    yield self._rows(out)
-            written = state.flush()
-            if written != layout:
-                self.layout.update((written.depth, written.keys))
-        yield self._metrics(len(fresh), int(skip.sum()), bucket_ns, resolve_ns)
+        known = {
+            _state_key(k): int(b)
+            for k, b in zip(fresh[self.key_column], fresh[BUCKET_HASH], strict=True)
+            if k is not None
+        }
+        stored = self.layout.get()
+        layout = None if stored is None else Layout(int(stored[0]), int(stored[1]))
+        state = TaskState(
+            route.name,
+            route.key_bucket,
+            self.factor,
+            self.state,
+            fields=self.state_fields,
+            hash=self.hash,
+            known_hashes=known,
+            layout=layout,
+        )
+        state._prefetch(fresh[BUCKET_HASH].to_numpy())
+        user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
+        if quiet.any() and self.order == "timestamp":
+            # In time order the quiet records of one partition interleave with the new
+            # ones of another: each run goes through in turn, a quiet run's output dropped.
+            for is_quiet, run in _runs(quiet):
+                part = user_rows.iloc[run].reset_index(drop=True)
+                for out in frames_of(self.user.process(state, part)):
+                    checked = self._rows(out)  # a quiet run's output is checked too
+                    if not is_quiet:
+                        yield checked
+            user_rows = user_rows.iloc[:0]
+        elif quiet.any():
+            # Published by an earlier owner: into the state, not the output. A key's
+            # quiet records all come before its others, so its order holds.
+            replayed = user_rows[quiet].reset_index(drop=True)
+            for out in frames_of(self.user.process(state, replayed)):
+                self._rows(out)  # still checked, as every output is
+            user_rows = user_rows[~quiet].reset_index(drop=True)
+        if len(user_rows):
+            for out in frames_of(self.user.process(state, user_rows)):
+                yield self._rows(out)
+        written = state.flush()
+        if written != layout:
+            self.layout.update((written.depth, written.keys))
 
     def close(self) -> None:
         pass
@@ -654,13 +739,20 @@ class _ElasticProcessor:
         return rows
 
     def _metrics(
-        self, processed: int, skipped: int, bucket_ns: int, resolve_ns: int
+        self,
+        processed: int,
+        skipped: int,
+        bucket_ns: int,
+        resolve_ns: int,
+        held: int = 0,
+        enforced: int = 0,
     ) -> pd.DataFrame:
         import pandas as pd
 
         row: dict[str, list[Any]] = {c: [None] for c in self.output_columns}
         row[_KIND] = ["metrics"]
-        for name, value in zip(_METRICS, (processed, skipped, bucket_ns, resolve_ns), strict=True):
+        values = (processed, skipped, bucket_ns, resolve_ns, held, enforced)
+        for name, value in zip(_METRICS, values, strict=True):
             row[name] = [value]
         return pd.DataFrame(row)
 
@@ -708,6 +800,12 @@ def _fences(path: str | None) -> list[Fence]:
     return seen[1]
 
 
+def _now_ms(timer_values: Any) -> int:
+    """The batch's processing time (ProcessingTime mode), else the executor's clock."""
+    batch_time = int(timer_values.getCurrentProcessingTimeInMs())
+    return batch_time if batch_time > 0 else int(time.time() * 1000)
+
+
 def _runs(flags: Any) -> list[tuple[bool, slice]]:
     """Maximal runs of equal flags, in order: ``[(flag, slice), ...]``."""
     changes = np.flatnonzero(np.diff(flags.astype(np.int8))) + 1
@@ -753,6 +851,7 @@ def with_task_state(
     bucket_checkpoints: bool = True,
     order: str | None = None,
     timestamp: str = "timestamp",
+    max_task_idle_ms: int = 0,
 ) -> Callable[[DataFrame], DataFrame]:
     """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
 
@@ -811,6 +910,19 @@ def with_task_state(
     timestamp
         The timestamp column ``"timestamp"`` order reads (Spark's Kafka
         source and the embedded log name it so).
+    max_task_idle_ms
+        Kafka Streams' ``max.task.idle.ms``, for ``"timestamp"`` order: how
+        long a task holds back records it cannot yet place in time, because
+        another of its partitions has nothing buffered, waiting for that
+        partition to deliver. Held records stay in the task's state across
+        micro-batches, restarts and ``rescale`` (they move with their keys);
+        when the wait is over a processing-time timer releases them, and
+        records released without waiting are counted
+        (``records_enforced``). 0 (the default, as in Kafka Streams) never
+        holds back: each micro-batch is merged on its own. A value above 0
+        runs the query in processing-time mode, with a micro-batch on every
+        trigger even without new records (that is how timers fire), and
+        fixes it for the checkpoint. See docs/stateful.md, "Holding records back".
 
     Returns
     -------
@@ -843,6 +955,13 @@ def with_task_state(
         raise ArgumentError.invalid("job", "a non-empty job name", job)
     cols = KafkaColumns.of(columns)
     check_order("order", order, timestamp, default=True)
+    idle_ms = check_idle("max_task_idle_ms", max_task_idle_ms)
+    if idle_ms and order == "offset":
+        raise ArgumentError.invalid(
+            "max_task_idle_ms",
+            "0 with order='offset' (records are held back only to merge them in time order)",
+            idle_ms,
+        )
     kind = Grouper.of(grouper)
     factor = _resolve_factor(elasticity_factor, plan)
     if partitions is not None:
@@ -864,9 +983,17 @@ def with_task_state(
             system=system,
             state_schema=processor.state_schema,
             tasks=owned,
+            holds_back=idle_ms > 0,
         )
         _check_owned(job_plan, owned)
         in_order = order or ("timestamp" if len(job_plan.inputs) > 1 else "offset")
+        if idle_ms and in_order != "timestamp":
+            raise ArgumentError.invalid(
+                "max_task_idle_ms",
+                "0 for one input stream in offset order (records are held back only to merge "
+                "several partitions in time order; pass order='timestamp')",
+                idle_ms,
+            )
         if in_order == "timestamp":
             check_timestamp_column(df, timestamp, defaulted=order is None)
         check_known_counts(df, job_plan, system)  # before anything is written
@@ -894,6 +1021,7 @@ def with_task_state(
             bucket_checkpoints,
             cols.key,
             (in_order, timestamp),
+            idle_ms,
         )
 
     return transform
@@ -944,6 +1072,14 @@ def _claim(
             f"(inputs {', '.join(map(str, existing.inputs))}, state {existing.state_schema!r}); "
             f"this query is job {spec.name!r} (inputs {', '.join(map(str, spec.inputs))}, "
             f"state {spec.state_schema!r})"
+        )
+    if existing.holds_back != spec.holds_back:
+        held = "holds records back" if existing.holds_back else "never held records back"
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r} {held} (max_task_idle_ms "
+            f"{'above 0' if existing.holds_back else '0'}); this query asks for max_task_idle_ms "
+            f"{'above 0' if spec.holds_back else '0'}, and a checkpoint keeps its time mode "
+            "(held records would be lost); keep the setting, or start on a new checkpoint"
         )
     if existing.elasticity_factor != spec.elasticity_factor or existing.tasks != spec.tasks:
         raise CheckpointError(
@@ -1065,6 +1201,7 @@ def _run(
     bucket_checkpoints: bool,
     key_column: str = "key",
     order: tuple[str, str] = ("offset", "timestamp"),
+    idle_ms: int = 0,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -1076,7 +1213,12 @@ def _run(
     )
     plan = routing.plan
     routes = {
-        key: _TaskRoute(name, task_id % plan.elasticity_factor, task_id)
+        key: _TaskRoute(
+            name,
+            task_id % plan.elasticity_factor,
+            task_id,
+            tuple((ssp.stream, ssp.partition) for ssp in plan.task(task_id).partitions),
+        )
         for task_id, (key, name) in enumerate(
             zip(routing.routing_keys, plan.task_names(), strict=True)
         )
@@ -1096,6 +1238,7 @@ def _run(
         key_column,
         str(fences_path(checkpoint)),
         order=order,
+        idle_ms=idle_ms,
     )
     initial = None
     seed = seed_dir(checkpoint)
@@ -1103,7 +1246,11 @@ def _run(
     if never_committed(checkpoint) and seed.is_dir():
         initial = spark.read.parquet(str(seed)).groupBy("routing_key")
     result = routed.groupBy("routing_key").transformWithStateInPandas(
-        _as_stateful_processor(stateful), out_ddl, "Append", "None", initialState=initial
+        _as_stateful_processor(stateful),
+        out_ddl,
+        "Append",
+        "ProcessingTime" if idle_ms else "None",
+        initialState=initial,
     )
     kind = F.col(_KIND)
     observed = result.observe(
@@ -1118,6 +1265,8 @@ def _run(
         F.coalesce(F.sum(_METRICS[1]), F.lit(0)).alias("records_skipped"),
         F.coalesce(F.sum(_METRICS[2]), F.lit(0)).alias("key_bucket_ns"),
         F.coalesce(F.sum(_METRICS[3]), F.lit(0)).alias("checkpoint_resolve_ns"),
+        F.coalesce(F.sum(_METRICS[4]), F.lit(0)).alias("records_held"),
+        F.coalesce(F.sum(_METRICS[5]), F.lit(0)).alias("records_enforced"),
     )
     return observed.filter(kind == "row").drop(_KIND, *_METRICS)
 
@@ -1138,6 +1287,9 @@ def _as_stateful_processor(inner: _ElasticProcessor) -> Any:
 
         def handleInitialState(self, key: Any, initial_state: Any, timer_values: Any) -> None:
             self.wrapped.handleInitialState(key, initial_state, timer_values)
+
+        def handleExpiredTimer(self, key: Any, timer_values: Any, expired: Any) -> Any:
+            return self.wrapped.handleExpiredTimer(key, timer_values, expired)
 
         def close(self) -> None:
             self.wrapped.close()

@@ -268,6 +268,7 @@ def rescale(
             _check_unchanged(source)
         _check_one_job(checkpoints)
         _check_one_layout(checkpoints)
+        _check_one_time_mode(checkpoints)
         _check_disjoint(checkpoints)
         new_plan = checkpoints[0].job.plan(factor)
         wanted = _wanted_ids(new_plan, wanted_names)
@@ -339,6 +340,18 @@ def _check_one_layout(checkpoints: list[SourceCheckpoint]) -> None:
             f"({', '.join(f'{str(c.path)!r}: {c.job.state_layout}' for c in checkpoints)}); "
             "convert the layout-1 ones first: `spark-elastic rescale OLD --to NEW "
             "--elasticity-factor F` on each"
+        )
+
+
+def _check_one_time_mode(checkpoints: list[SourceCheckpoint]) -> None:
+    modes = {source.job.holds_back for source in checkpoints}
+    if len(modes) > 1:
+        raise CheckpointError(
+            "sources differ in holding records back (max_task_idle_ms): "
+            + ", ".join(
+                f"{str(c.path)!r} {'holds back' if c.job.holds_back else 'does not'}"
+                for c in checkpoints
+            )
         )
 
 
@@ -537,9 +550,9 @@ def _starting_offsets(
 
 SEED_SCHEMA = (
     "routing_key int, kind string, chunk int, entries int, data binary, depth int, keys long, "
-    "stream string, partition int, key_bucket int, factor int, next_offset long"
+    "stream string, partition int, key_bucket int, factor int, next_offset long, clocks string"
 )
-"""One schema for every seed row: ``chunk``, ``layout`` and ``checkpoint`` rows."""
+"""One schema for every seed row: ``chunk``, ``layout``, ``checkpoint`` and ``held`` rows."""
 
 
 def _write_target(
@@ -575,7 +588,7 @@ def _write_target(
         task_of = {k: t for t, k in enumerate(keys)}
         none5: tuple[None, ...] = (None,) * 5
         rows: list[tuple[Any, ...]] = [
-            (key, "layout", None, None, None, depths[task_of[key]], count, *none5)
+            (key, "layout", None, None, None, depths[task_of[key]], count, *none5, None)
             for key, count in sorted(counts.items())
         ]
         rows += [
@@ -588,9 +601,15 @@ def _write_target(
                 e.key_bucket,
                 e.elasticity_factor,
                 e.next_offset,
+                None,
             )
             for task_id, e in seeded
         ]
+        if job.holds_back:
+            rows += [
+                (keys[task_id], "held", None, None, data, None, None, *none5, clocks)
+                for task_id, (data, clocks) in _seed_held(spark, plan, checkpoints, wanted).items()
+            ]
         spark.createDataFrame(rows, SEED_SCHEMA).write.mode("append").parquet(str(seed))
         write_job(staging, job)
         if target.exists():
@@ -678,6 +697,66 @@ def _old_tasks(source: SourceCheckpoint) -> tuple[dict[int, int], dict[int, int]
     return {k: t // factor for t, k in enumerate(keys)}, {k: t % factor for t, k in enumerate(keys)}
 
 
+def _seed_held(
+    spark: SparkSession, plan: JobPlan, checkpoints: list[SourceCheckpoint], wanted: Sequence[int]
+) -> dict[int, tuple[bytes, str]]:
+    """Per wanted new task: the records its keys' old tasks held back, and their clocks.
+
+    Each held record goes to the new task owning its key bucket; a new task
+    takes each partition's time as the highest of the old tasks sharing its
+    keys, and its idle waits start over. Held records are few (what one wait
+    keeps), so they are moved on the driver.
+    """
+    import pandas as pd
+
+    from spark_elastic.state.holdback import HELD_STATE, Clock, decode_held, encode_held
+    from spark_elastic.state.processor import BUCKET_HASH
+
+    factor = plan.elasticity_factor
+    names = plan.task_names()
+    wanted_set = set(wanted)
+    frames: dict[int, list[pd.DataFrame]] = {}
+    clocks: dict[int, dict[tuple[str, int], Clock]] = {}
+    empty = None
+    for source in checkpoints:
+        stored = read_state(spark, source.path, HELD_STATE, source.batch.batch_id)
+        if stored is None:
+            continue
+        bases, _ = _old_tasks(source)
+        old_names = dict(
+            zip(
+                routing_keys(source.plan.task_count).tolist(), source.plan.task_names(), strict=True
+            )
+        )
+        for row in stored.select("key.routing_key", "value.rows", "value.clocks").collect():
+            held, old_clocks = decode_held(bytes(row.rows), str(row.clocks))
+            empty = held.iloc[:0]
+            old = TaskName.parse(old_names[int(row.routing_key)])
+            for task_id in wanted:
+                if not _shares_keys(old, TaskName.parse(names[task_id])):
+                    continue
+                mine = clocks.setdefault(task_id, {})
+                for partition, clock in old_clocks.items():
+                    times = [
+                        t for t in (clock.time, mine.get(partition, Clock()).time) if t is not None
+                    ]
+                    mine[partition] = Clock(max(times) if times else None, None)
+            if len(held):
+                base = bases[int(row.routing_key)]
+                new_ids = base * factor + held[BUCKET_HASH].to_numpy() % factor
+                for task_id, part in held.groupby(new_ids, sort=True):
+                    if int(task_id) in wanted_set:
+                        frames.setdefault(int(task_id), []).append(part)
+    if empty is None:
+        return {}
+    seeded = {}
+    for task_id in sorted(clocks.keys() | frames.keys()):
+        parts = frames.get(task_id, [])
+        held = pd.concat(parts, ignore_index=True) if parts else empty
+        seeded[task_id] = encode_held(held, clocks.get(task_id, {}))
+    return seeded
+
+
 def _as_seed_rows(chunks: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -690,6 +769,7 @@ def _as_seed_rows(chunks: DataFrame) -> DataFrame:
         "key_bucket": F.lit(None).cast("int"),
         "factor": F.lit(None).cast("int"),
         "next_offset": F.lit(None).cast("long"),
+        "clocks": F.lit(None).cast("string"),
     }
     names = [c.split()[0] for c in SEED_SCHEMA.split(", ")]
     return chunks.withColumns(columns).select(*names)

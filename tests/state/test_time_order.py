@@ -17,35 +17,22 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
+from enrichment import ENRICHED, example_processor
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_elastic import (
     LOG_SOURCE_FORMAT,
     EmbeddedLog,
-    TaskProcessor,
     register_log_source,
     with_task_state,
 )
 from spark_elastic.errors import ArgumentError, ColumnError
-from spark_elastic.runtime.job import load_job_and_module
 from spark_elastic.state.checkpoint_dir import write_fences
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
-ENRICHED = "user string, click_offset long, partition int, profile string"
-EXAMPLE = Path(__file__).parents[2] / "examples" / "jobs" / "enriched_clicks.py"
 Record = tuple[str, int, int, int, str, str]  # topic, partition, offset, time, user, value
-
-
-def example_processor() -> TaskProcessor:
-    """``examples/jobs/enriched_clicks.py``'s processor, pickled by value as containers do."""
-    from pyspark import cloudpickle
-
-    job, module = load_job_and_module(str(EXAMPLE) + ":job")
-    cloudpickle.register_pickle_by_value(module)
-    assert job.processor is not None
-    return job.processor
 
 
 def produce(log: EmbeddedLog, seed: int) -> list[Record]:
