@@ -101,6 +101,11 @@ class Trickle(threading.Thread):
         super().__init__(daemon=True)
         self.log, self.keys, self.stopping = log, keys, threading.Event()
 
+    def stop(self) -> None:
+        """Stop sending and wait for the send in flight (before the case's broker goes)."""
+        self.stopping.set()
+        self.join(timeout=30)
+
     def run(self) -> None:
         i = 0
         while not self.stopping.wait(0.1):
@@ -326,6 +331,12 @@ def broker() -> Any:
             yield
         finally:
             KAFKA = None
+            # Before the broker stops: a producer left behind retries it for the rest of the
+            # run, filling the log with connection errors.
+            producer = PRODUCERS.pop(running.bootstrap, None)
+            if producer is not None:
+                producer.flush(10)
+                producer.close()
 
 
 USE_KAFKA = False
@@ -341,7 +352,7 @@ def stall_case(keys: int, mode: str) -> dict[str, Any]:
             time.sleep(5)  # steady batches before the change
             result, took, _ = change(job, "--containers", "3")
         finally:
-            trickle.stopping.set()
+            trickle.stop()
             job.stop()
     stalls = [m["stall"] for m in result]
     intervals = sorted(i for m in result for i in m["intervals"])
@@ -367,7 +378,7 @@ def factor_case(keys: int, mode: str, low: int, high: int) -> list[dict[str, Any
                     }
                 )
         finally:
-            trickle.stopping.set()
+            trickle.stop()
             job.stop()
     return rows
 
