@@ -38,7 +38,7 @@ import re
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -57,6 +57,8 @@ __all__ = [
     "JobSpec",
     "OwnerLock",
     "batch_offsets",
+    "bootstrap_path",
+    "bootstrapped",
     "checkpoint_path",
     "is_fresh",
     "last_batch",
@@ -65,6 +67,7 @@ __all__ = [
     "read_job",
     "read_state",
     "require_job",
+    "write_bootstrap",
     "write_fences",
     "write_job",
 ]
@@ -73,6 +76,7 @@ ELASTIC_DIR = "_spark_elastic"
 JOB_FILE = "job.json"
 SEED_DIR = "seed"
 FENCES_FILE = "fences.json"
+BOOTSTRAP_FILE = "bootstrap.json"
 _LOCK_FILE = "owner.lock"
 _FORMAT_VERSION = 1
 
@@ -314,6 +318,30 @@ Fence = tuple[tuple[str, int, int, int], int]
 def fences_path(checkpoint: str | os.PathLike[str]) -> Path:
     """``<checkpoint>/_spark_elastic/fences.json``."""
     return elastic_dir(checkpoint) / FENCES_FILE
+
+
+def bootstrap_path(checkpoint: str | os.PathLike[str]) -> Path:
+    """``<checkpoint>/_spark_elastic/bootstrap.json``: whether the bootstrap streams are read."""
+    return elastic_dir(checkpoint) / BOOTSTRAP_FILE
+
+
+def write_bootstrap(checkpoint: str | os.PathLike[str], streams: Sequence[str], done: bool) -> None:
+    """Say whether a query has read its bootstrap ``streams`` to their end (driver, atomic).
+
+    Written ``done=False`` when the transform is applied and ``True`` once the
+    query's committed offsets pass the bootstrap streams' end offsets as of
+    its start; the tasks hold the other streams' records until then.
+    """
+    _write_json(elastic_dir(checkpoint), BOOTSTRAP_FILE, {"streams": list(streams), "done": done})
+
+
+def bootstrapped(path: str | os.PathLike[str]) -> bool:
+    """Whether the bootstrap file says the bootstrap streams are read (executor, per task and
+    batch while they are not; a missing or unreadable file says not yet)."""
+    try:
+        return bool(json.loads(Path(path).read_text(encoding="utf-8"))["done"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def write_fences(checkpoint: str | os.PathLike[str], fences: list[Fence]) -> None:

@@ -131,6 +131,7 @@ def release(
     now_ms: int,
     idle_ms: int,
     timestamp: str,
+    bootstrapping: frozenset[str] = frozenset(),
 ) -> Release:
     """Split a task's buffer into what it processes now and what it holds back.
 
@@ -149,7 +150,13 @@ def release(
         How long a partition with nothing buffered is waited for (0: never).
     timestamp
         The timestamp column.
+    bootstrapping
+        Bootstrap streams (Samza) not yet read to their end: only their
+        records go now, in time order among them; every other record is
+        held, and no partition counts as idle meanwhile.
     """
+    if bootstrapping:
+        return _bootstrap_first(buffer, partitions, clocks, timestamp, bootstrapping)
     times = _as_ints(buffer[timestamp])
     since = {p: c.time for p, c in clocks.items() if c.time is not None}
     order = timestamp_order(
@@ -167,6 +174,29 @@ def release(
     wake = max(w for w in waits if w is not None) + idle_ms
     held = merged.iloc[ready_count:].reset_index(drop=True)
     return Release(merged.iloc[:ready_count], held, 0, after, wake)
+
+
+def _bootstrap_first(
+    buffer: pd.DataFrame,
+    partitions: Sequence[Partition],
+    clocks: Mapping[Partition, Clock],
+    timestamp: str,
+    bootstrapping: frozenset[str],
+) -> Release:
+    """The bootstrap streams' records now; everything else held (idle clocks stopped)."""
+    first = buffer["topic"].isin(list(bootstrapping)).to_numpy()
+    now = buffer[first].reset_index(drop=True)
+    later = buffer[~first].reset_index(drop=True)
+    if len(now):
+        times = _as_ints(now[timestamp])
+        since = {p: c.time for p, c in clocks.items() if c.time is not None}
+        order = timestamp_order(now["topic"], now["partition"], now["offset"], times, "", since)
+        now = now.iloc[order].reset_index(drop=True)
+        clocks = _raised(
+            {p: clocks.get(p, Clock()) for p in partitions}, now, times[order], len(now)
+        )
+    stopped = {p: Clock(clocks.get(p, Clock()).time, None) for p in partitions}
+    return Release(now, later, 0, stopped, None)
 
 
 def unplaced(merged: pd.DataFrame, partitions: Sequence[Partition]) -> int:

@@ -28,8 +28,9 @@ import abc
 import itertools
 import json
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -61,6 +62,8 @@ from spark_elastic.state.checkpoint_dir import (
     Fence,
     JobSpec,
     OwnerLock,
+    bootstrap_path,
+    bootstrapped,
     checkpoint_path,
     fences_path,
     is_fresh,
@@ -69,6 +72,7 @@ from spark_elastic.state.checkpoint_dir import (
     read_fences,
     read_job,
     seed_dir,
+    write_bootstrap,
     write_job,
 )
 from spark_elastic.state.chunks import (
@@ -139,6 +143,9 @@ _METRICS = (
     "spark_elastic_enforced",
 )
 _INTERNAL_INPUT = ("routing_key", BUCKET_HASH)
+_BOOTSTRAP_LOOK_MS = 1_000
+"""While its bootstrap streams are being read, how often a task holding records looks
+whether they are read (one file read per task per look)."""
 
 
 class TaskProcessor(abc.ABC):
@@ -521,13 +528,18 @@ class _ElasticProcessor:
         fences: str | None = None,
         order: tuple[str, str] = ("offset", "timestamp"),
         idle_ms: int = 0,
+        bootstrap: tuple[str, ...] = (),
+        bootstrap_file: str | None = None,
     ) -> None:
         self.user = user
         self.fences = fences
         self.order, self.timestamp = order
-        # Hold-back (Kafka Streams' max.task.idle.ms) only when asked: a query without it
-        # keeps the state variables and time mode checkpoints made before it had.
+        # Hold-back (Kafka Streams' max.task.idle.ms, Samza's bootstrap streams) only when
+        # asked: a query without it keeps the state variables and time mode checkpoints made
+        # before it had.
         self.idle_ms = idle_ms
+        self.bootstrap, self.bootstrap_file = bootstrap, bootstrap_file
+        self.holds = idle_ms > 0 or bool(bootstrap)
         self.routes = dict(routes)
         self.factor = elasticity_factor
         self.state_schema = state_schema
@@ -545,7 +557,7 @@ class _ElasticProcessor:
         self.checkpoints = handle.getMapState(
             CHECKPOINT_STATE, CHECKPOINT_KEY_SCHEMA, CHECKPOINT_VALUE_SCHEMA
         )
-        if self.idle_ms:
+        if self.holds:
             self.handle = handle
             self.held = handle.getValueState(HELD_STATE, HELD_SCHEMA)
 
@@ -559,7 +571,7 @@ class _ElasticProcessor:
             elif row.kind == "layout":
                 self.layout.update((int(row.depth), int(row.keys)))
             elif row.kind == "held":
-                if self.idle_ms:
+                if self.holds:
                     self.held.update((bytes(row.data), str(row.clocks)))
                 else:
                     raise CheckpointError(
@@ -583,7 +595,7 @@ class _ElasticProcessor:
         if not frames:
             return
         batch = pd.concat(frames, ignore_index=True)
-        if not self.idle_ms:
+        if not self.holds:
             batch = in_order(batch, self.order, KafkaColumns(), self.timestamp)
 
         started = time.perf_counter_ns()
@@ -599,7 +611,7 @@ class _ElasticProcessor:
             self._advance(fresh, entries, route.key_bucket)
         resolve_ns = time.perf_counter_ns() - started - bucket_ns
         ready, held, enforced = fresh, 0, 0
-        if self.idle_ms:
+        if self.holds:
             ready, held, enforced = self._hold_back(route, fresh, _now_ms(timer_values))
         elif self.order == "timestamp":
             enforced = unplaced(fresh, route.partitions)
@@ -612,7 +624,7 @@ class _ElasticProcessor:
         """A held task's wait is over: release what it holds (executor, per timer)."""
         (routing_key,) = key
         route = self.routes[int(routing_key)]
-        if not self.idle_ms:
+        if not self.holds:
             return
         now = max(_now_ms(timer_values), int(expired_timer_info.getExpiryTimeInMs()))
         ready, held, enforced = self._hold_back(route, None, now)
@@ -638,13 +650,19 @@ class _ElasticProcessor:
         if "virtual_task" in buffer.columns:
             # Held across a split or merge, a record names the task that first read it.
             buffer["virtual_task"] = route.name
-        step = release(buffer, route.partitions, clocks, now_ms, self.idle_ms, self.timestamp)
+        reading = self.bootstrap and not bootstrapped(str(self.bootstrap_file))
+        first = frozenset(self.bootstrap) if reading else frozenset()
+        step = release(
+            buffer, route.partitions, clocks, now_ms, self.idle_ms, self.timestamp, first
+        )
         for when in self.handle.listTimers():
             self.handle.deleteTimer(when)
         if len(step.held):
             self.held.update(encode_held(step.held, step.clocks))
-            if step.wake_at_ms is not None:
-                self.handle.registerTimer(step.wake_at_ms)
+            # Bootstrapping, the driver says when it is over: look again in a while.
+            wake = now_ms + _BOOTSTRAP_LOOK_MS if first else step.wake_at_ms
+            if wake is not None:
+                self.handle.registerTimer(wake)
         else:
             self.held.update(encode_held(buffer.iloc[:0], step.clocks))
         return step.ready, len(step.held), step.enforced
@@ -852,6 +870,7 @@ def with_task_state(
     order: str | None = None,
     timestamp: str = "timestamp",
     max_task_idle_ms: int = 0,
+    bootstrap: Sequence[str] = (),
 ) -> Callable[[DataFrame], DataFrame]:
     """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
 
@@ -923,6 +942,16 @@ def with_task_state(
         runs the query in processing-time mode, with a micro-batch on every
         trigger even without new records (that is how timers fire), and
         fixes it for the checkpoint. See docs/stateful.md, "Holding records back".
+    bootstrap
+        Samza's bootstrap streams, for ``"timestamp"`` order: input streams
+        each task reads to their end offsets as of the query's start before
+        it processes any record of its other streams, which it holds back in
+        its state meanwhile (a table a task must know before it joins, such
+        as a profile topic). The driver sees the end offsets in the query's
+        first progress and tells the tasks once its committed offsets pass
+        them (``_spark_elastic/bootstrap.json``); it does so again each time
+        the transform is applied to start a query. Like ``max_task_idle_ms``,
+        runs the query in processing-time mode.
 
     Returns
     -------
@@ -956,6 +985,7 @@ def with_task_state(
     cols = KafkaColumns.of(columns)
     check_order("order", order, timestamp, default=True)
     idle_ms = check_idle("max_task_idle_ms", max_task_idle_ms)
+    first = _bootstrap_streams(bootstrap, order)
     if idle_ms and order == "offset":
         raise ArgumentError.invalid(
             "max_task_idle_ms",
@@ -983,7 +1013,7 @@ def with_task_state(
             system=system,
             state_schema=processor.state_schema,
             tasks=owned,
-            holds_back=idle_ms > 0,
+            holds_back=idle_ms > 0 or bool(first),
         )
         _check_owned(job_plan, owned)
         in_order = order or ("timestamp" if len(job_plan.inputs) > 1 else "offset")
@@ -996,10 +1026,15 @@ def with_task_state(
             )
         if in_order == "timestamp":
             check_timestamp_column(df, timestamp, defaulted=order is None)
+        _check_bootstrap_inputs(first, job_plan, in_order)
         check_known_counts(df, job_plan, system)  # before anything is written
         _check_starting_offsets(df, checkpoint)
         spec, job_plan = _claim(spark, checkpoint, spec, job_plan, explicit=plan is not None)
         routing = VirtualTaskRouting.of(job_plan)
+        if first:
+            # Before the query starts, so no batch of it reads an earlier query's "done".
+            write_bootstrap(checkpoint, first, done=False)
+            _BootstrapWatch.watch(spark, checkpoint, first)
         # One state partition per task, for this query only: set while it starts (see
         # query_settings), never on the session, so other queries keep their own.
         install_start_hook(METRICS_NAME)
@@ -1022,9 +1057,44 @@ def with_task_state(
             cols.key,
             (in_order, timestamp),
             idle_ms,
+            first,
         )
 
     return transform
+
+
+def _bootstrap_streams(bootstrap: object, order: str | None) -> tuple[str, ...]:
+    """``bootstrap`` as a tuple of stream names, or one clear line (driver, when defined)."""
+    if isinstance(bootstrap, str) or not isinstance(bootstrap, Sequence | frozenset | set):
+        raise ArgumentTypeError.wrong_type(
+            "bootstrap", "a sequence of input stream names, such as ('profiles',)", bootstrap
+        )
+    names = tuple(bootstrap)
+    if not all(isinstance(n, str) and n for n in names):
+        raise ArgumentTypeError.wrong_type("bootstrap", "stream names (non-empty strings)", names)
+    if names and order == "offset":
+        raise ArgumentError.invalid(
+            "bootstrap",
+            "no streams with order='offset' (bootstrap streams are read first in time order)",
+            list(names),
+        )
+    return tuple(sorted(set(names)))
+
+
+def _check_bootstrap_inputs(first: tuple[str, ...], plan: JobPlan, in_order: str) -> None:
+    """Bootstrap streams must be inputs of the job, and some other input must remain."""
+    if not first:
+        return
+    streams = [s.stream for s in plan.inputs]
+    unknown = [name for name in first if name not in streams]
+    if unknown:
+        raise ArgumentError.invalid("bootstrap", f"input streams of the job {streams}", unknown)
+    if len(first) == len(set(streams)) or in_order != "timestamp":
+        raise ArgumentError.invalid(
+            "bootstrap",
+            "some but not all input streams, merged in time order (order='timestamp')",
+            f"{list(first)} of {streams}, order {in_order!r}",
+        )
 
 
 def _check_owned(plan: JobPlan, owned: tuple[str, ...] | None) -> None:
@@ -1202,6 +1272,7 @@ def _run(
     key_column: str = "key",
     order: tuple[str, str] = ("offset", "timestamp"),
     idle_ms: int = 0,
+    bootstrap: tuple[str, ...] = (),
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -1239,6 +1310,8 @@ def _run(
         str(fences_path(checkpoint)),
         order=order,
         idle_ms=idle_ms,
+        bootstrap=bootstrap,
+        bootstrap_file=str(bootstrap_path(checkpoint)),
     )
     initial = None
     seed = seed_dir(checkpoint)
@@ -1249,7 +1322,7 @@ def _run(
         _as_stateful_processor(stateful),
         out_ddl,
         "Append",
-        "ProcessingTime" if idle_ms else "None",
+        "ProcessingTime" if stateful.holds else "None",
         initialState=initial,
     )
     kind = F.col(_KIND)
@@ -1288,8 +1361,9 @@ def _as_stateful_processor(inner: _ElasticProcessor) -> Any:
         def handleInitialState(self, key: Any, initial_state: Any, timer_values: Any) -> None:
             self.wrapped.handleInitialState(key, initial_state, timer_values)
 
-        def handleExpiredTimer(self, key: Any, timer_values: Any, expired: Any) -> Any:
-            return self.wrapped.handleExpiredTimer(key, timer_values, expired)
+        # Spark passes these by keyword: the names are its own.
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:  # noqa: N803
+            return self.wrapped.handleExpiredTimer(key, timerValues, expiredTimerInfo)
 
         def close(self) -> None:
             self.wrapped.close()
@@ -1319,7 +1393,7 @@ def _release_lock_when_query_ends(spark: SparkSession) -> None:
             OwnerLock.bind_run(str(event.id), str(event.runId), _query_id)
 
         def onQueryProgress(self, event: Any) -> None:
-            pass
+            _BootstrapWatch.progress(event.progress)
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -1332,6 +1406,58 @@ def _release_lock_when_query_ends(spark: SparkSession) -> None:
     except Exception:
         return
     _LISTENING.add(id(spark))
+
+
+class _BootstrapWatch:
+    """Tells a query's tasks when its bootstrap streams are read (driver, listener thread).
+
+    The end offsets "as of the start" are the bootstrap streams' latest
+    offsets in the first progress of the query (Spark's Kafka source and the
+    embedded log report them); once a progress's end offsets reach them, the
+    checkpoint's bootstrap file says done and the tasks release what they held.
+    """
+
+    _watched: ClassVar[dict[Path, tuple[tuple[str, ...], dict[tuple[str, str], int] | None]]] = {}
+    _mutex: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def watch(cls, spark: SparkSession, checkpoint: Path, streams: tuple[str, ...]) -> None:
+        _release_lock_when_query_ends(spark)  # registers the listener that calls progress()
+        with cls._mutex:
+            cls._watched[checkpoint] = (streams, None)
+
+    @classmethod
+    def progress(cls, progress: Any) -> None:
+        with cls._mutex:
+            watched = [(c, w) for c, w in cls._watched.items() if _query_id(c) == str(progress.id)]
+        for checkpoint, (streams, targets) in watched:
+            if targets is None:
+                targets = _offsets_in(progress, "latestOffset", streams)
+                with cls._mutex:
+                    cls._watched[checkpoint] = (streams, targets)
+            reached = _offsets_in(progress, "endOffset", streams)
+            if all(reached.get(p, -1) >= o for p, o in targets.items()):
+                write_bootstrap(checkpoint, streams, done=True)
+                with cls._mutex:
+                    cls._watched.pop(checkpoint, None)
+
+
+def _offsets_in(progress: Any, field: str, streams: tuple[str, ...]) -> dict[tuple[str, str], int]:
+    """One offsets field of a progress's sources, for ``streams``: ``{(stream, partition): n}``."""
+    import json
+
+    found: dict[tuple[str, str], int] = {}
+    for source in progress.sources:
+        text = getattr(source, field, None)
+        try:
+            document = json.loads(text) if text else {}
+        except ValueError:
+            continue
+        for stream, partitions in document.items() if isinstance(document, dict) else ():
+            if stream in streams and isinstance(partitions, dict):
+                for partition, offset in partitions.items():
+                    found[(stream, str(partition))] = int(offset)
+    return found
 
 
 def _query_id(checkpoint: Path) -> str | None:

@@ -34,14 +34,16 @@ from spark_elastic import (
     rescale,
     with_task_state,
 )
-from spark_elastic.errors import ArgumentError
+from spark_elastic.errors import ArgumentError, ArgumentTypeError
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
 START = 1_700_000_000_000
 LONG = 3_600_000  # an hour: never over within a spec
-EVERY = "1 second"  # the trigger of queries stopped for a rescale
+# The trigger of queries stopped for a rescale: room between batches even on a loaded
+# machine (at 1 s, a fresh-clone run's batches took longer, and no stop found a gap).
+EVERY = "5 seconds"
 Record = tuple[str, int, int, int, str, str]  # topic, partition, offset, time, user, value
 
 
@@ -88,12 +90,15 @@ def run(
     batch: int | None,
     factor: int = 1,
     for_rescale: bool = False,
+    rows: int | None = None,
     **options: Any,
 ) -> dict[str, int]:
     """Read what the log holds, ``batch`` records per micro-batch; the summed metrics.
 
     ``for_rescale``: stop between batches (``rescale`` wants the last batch committed,
     and ``query.stop()`` interrupts a batch), on a trigger that leaves room between them.
+    ``rows``: also wait until the output holds that many rows (records held until the
+    driver says the bootstrap streams are read come out in a later batch).
     """
     register_log_source(spark)
     checkpoint, output = root / "cp", root / "out"
@@ -126,10 +131,11 @@ def run(
         .trigger(processingTime=EVERY if for_rescale else "0 seconds")
     )
     query = writer.start()
+    totals = Totals(query)
     try:
-        totals = drained(
-            query, sum(sum(log.end_offsets(t).values()) for t in ("clicks", "profiles"))
-        )
+        drained(totals, sum(sum(log.end_offsets(t).values()) for t in ("clicks", "profiles")))
+        if rows is not None:
+            written(spark, totals, output, rows)
     finally:
         if for_rescale:
             stop_between_batches(query)
@@ -137,11 +143,28 @@ def run(
             query.stop()
     for _ in range(3):
         if not for_rescale or committed(checkpoint):
-            return totals
+            return totals.sums
         # Stopped inside a batch after all: run it again to its commit, and stop again.
         query = writer.start()
         stop_between_batches(query)
     raise AssertionError(f"{checkpoint}: could not stop at a batch boundary")
+
+
+def written(
+    spark: SparkSession, totals: Totals, output: Path, rows: int, deadline_s: float = 120
+) -> None:
+    """Wait until the query's output holds ``rows`` rows."""
+    give_up = time.monotonic() + deadline_s
+    while time.monotonic() < give_up:
+        totals.new_progress()
+        metadata = output / "_spark_metadata"
+        if metadata.is_dir() and spark.read.parquet(str(output)).count() >= rows:
+            # The batch that wrote them reports after its commit: wait for one more report.
+            while not totals.new_progress() and time.monotonic() < give_up:
+                totals.query.awaitTermination(0.2)
+            return
+        totals.query.awaitTermination(0.5)
+    raise AssertionError(f"{output}: fewer than {rows} rows after {deadline_s} s")
 
 
 def committed(checkpoint: Path) -> bool:
@@ -153,28 +176,43 @@ def committed(checkpoint: Path) -> bool:
     return last("offsets") == last("commits")
 
 
-def stop_between_batches(query: StreamingQuery, deadline_s: float = 60) -> None:
+def stop_between_batches(query: StreamingQuery, deadline_s: float = 120) -> None:
     give_up = time.monotonic() + deadline_s
     while query.status["isTriggerActive"] and time.monotonic() < give_up:
         query.awaitTermination(0.05)
     query.stop()
 
 
-def drained(query: StreamingQuery, records: int, deadline_s: float = 300) -> dict[str, int]:
-    """Wait until a batch of ``query`` has read the ``records``-th record; summed metrics."""
-    totals = {"records_enforced": 0, "records_held": 0, "batches": 0}
-    seen: set[int] = set()
+class Totals:
+    """A query's spark-elastic metrics, summed over its batches seen so far (with or without
+    input: a timer's release comes in a batch without)."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self.seen: set[int] = set()
+        self.sums = {"records_enforced": 0, "records_held": 0, "batches": 0}
+
+    def new_progress(self) -> list[dict[str, Any]]:
+        fresh = [p for p in self.query.recentProgress if p["batchId"] not in self.seen]
+        for progress in fresh:
+            self.seen.add(progress["batchId"])
+            metrics = progress["observedMetrics"].get("spark_elastic")
+            if metrics is None:
+                continue
+            self.sums["records_enforced"] += metrics["records_enforced"]
+            if progress["numInputRows"]:
+                self.sums["batches"] += 1
+                self.sums["records_held"] = metrics["records_held"]
+        if self.query.exception() is not None:
+            raise AssertionError(f"the query failed: {self.query.exception()}")
+        return fresh
+
+
+def drained(totals: Totals, records: int, deadline_s: float = 300) -> None:
+    """Wait until a batch of the query has read the ``records``-th record."""
     give_up = time.monotonic() + deadline_s
     while time.monotonic() < give_up:
-        for progress in query.recentProgress:
-            if progress["batchId"] in seen:
-                continue
-            seen.add(progress["batchId"])
-            metrics = progress["observedMetrics"].get("spark_elastic")
-            if metrics is not None and progress["numInputRows"]:
-                totals["batches"] += 1
-                totals["records_enforced"] += metrics["records_enforced"]
-                totals["records_held"] = metrics["records_held"]
+        for progress in totals.new_progress():
             end = sum(
                 int(offset)
                 for source in progress["sources"]
@@ -182,10 +220,8 @@ def drained(query: StreamingQuery, records: int, deadline_s: float = 300) -> dic
                 for offset in partitions.values()
             )
             if end == records:
-                return totals
-        if query.exception() is not None:
-            raise AssertionError(f"the query failed: {query.exception()}")
-        query.awaitTermination(0.2)
+                return
+        totals.query.awaitTermination(0.2)
     raise AssertionError(f"the query did not read {records} records in {deadline_s} s")
 
 
@@ -269,6 +305,75 @@ def test_held_records_survive_a_restart_a_split_and_a_merge(
     )
 
 
+def test_when_the_wait_is_over_a_timer_releases_what_is_held_without_new_records(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # No end markers: each task's last records wait for a partition that delivers nothing
+    # more, until the wait (1 s) is over and the task's timer releases them, counted.
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    log = new_log(tmp_path / "log")
+    records = produce(log, random.Random(seed), 60, 0)
+    clicks = reference(records)
+    metrics = run(spark, log, tmp_path / "run", None, rows=len(clicks), max_task_idle_ms=1_000)
+    got = {tuple(r) for r in enriched(spark, tmp_path / "run").collect()}
+    assert len(got) == len(clicks)
+    # The batch that read the records held some; the timer released them, counted.
+    assert metrics["records_held"] > 0
+    assert metrics["records_enforced"] == metrics["records_held"]
+
+
+def test_a_bootstrap_stream_is_read_to_its_end_before_any_other_record(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Every profile update is in the log before the query starts but stamped later than
+    # every click: in time order alone each click would come first and find no profile.
+    # Read first as a bootstrap stream, the profiles are all applied before any click.
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    log = new_log(tmp_path / "log")
+    latest: dict[str, str] = {}
+    with log.producer("profiles") as profiles:
+        for i in range(30):
+            user = f"u{rng.randrange(8)}"
+            profiles.send(user, f"p{i}", START + 10**6 + i)
+            latest[user] = f"p{i}"
+    expected = []
+    with log.producer("clicks") as clicks:
+        for i in range(30):
+            user = f"u{rng.randrange(8)}"
+            sent = clicks.send(user, "click", START + i)
+            expected.append((user, sent.offset, sent.partition, latest.get(user, "-")))
+    run(spark, log, tmp_path / "run", 7, rows=len(expected), bootstrap=["profiles"])
+    assert_df_equality(
+        enriched(spark, tmp_path / "run"),
+        spark.createDataFrame(expected, ENRICHED),
+        ignore_row_order=True,
+    )
+
+
+def test_a_bootstrap_stream_must_be_another_input_of_the_job(spark: SparkSession) -> None:
+    rows = spark.createDataFrame(
+        [(b"k", b"v", "clicks", 0, 0, 0)],
+        "key binary, value binary, topic string, partition int, offset bigint, timestamp bigint",
+    )
+    for streams, message in (
+        (["nope"], r"bootstrap: expected input streams of the job .* found \['nope'\]"),
+        (["clicks", "profiles"], r"bootstrap: expected some but not all input streams"),
+    ):
+        transform = with_task_state(
+            example_processor(),
+            job="enrich",
+            checkpoint_location="/nonexistent/cp",
+            elasticity_factor=1,
+            partitions={"clicks": 1, "profiles": 1},
+            bootstrap=streams,
+        )
+        with pytest.raises(ArgumentError, match=message):
+            rows.transform(transform)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -278,9 +383,16 @@ def test_held_records_survive_a_restart_a_split_and_a_merge(
             {"max_task_idle_ms": 100, "order": "offset"},
             r"max_task_idle_ms: expected 0 with order='offset'",
         ),
+        ({"bootstrap": "profiles"}, r"bootstrap: expected a sequence of input stream names"),
+        (
+            {"bootstrap": ["profiles"], "order": "offset"},
+            r"bootstrap: expected no streams with order='offset'",
+        ),
     ],
-    ids=["negative", "not-whole", "offset-order"],
+    ids=["negative", "not-whole", "offset-order", "bootstrap-string", "bootstrap-offset-order"],
 )
-def test_a_bad_idle_time_is_refused_in_one_line(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(ArgumentError, match=message):
+def test_a_bad_idle_time_or_bootstrap_is_refused_in_one_line(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises((ArgumentError, ArgumentTypeError), match=message):
         with_task_state(example_processor(), job="enrich", checkpoint_location="/tmp/x", **options)
