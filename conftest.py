@@ -107,17 +107,32 @@ _BUSY: dict[str, list[float]] = {}
 the two workers, which decides the suite's time (the stories' worker has been the longer)."""
 
 
+_FILES: dict[str, float] = {}
+"""Seconds in specs per test file: where the suite's time goes, file by file (the slowest
+specs alone do not say it: about a hundred Spark specs of one to three minutes each add up
+to as much as the stories)."""
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add up each worker's time in specs (in the controller, which sees every report)."""
+    """Add up each worker's and each file's time in specs (in the controller, which sees
+    every report)."""
     node = getattr(report, "node", None)  # xdist's worker, on reports it forwards
     worker = node.gateway.id if node is not None else "main"
     busy = _BUSY.setdefault(worker, [0.0, 0])
     busy[0] += report.duration
     busy[1] += report.when == "call"
+    path = report.nodeid.split("::", 1)[0]
+    _FILES[path] = _FILES.get(path, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Say how long each worker spent in specs, so the balance can be read off CI's output."""
+    if _FILES:
+        slowest = sorted(_FILES.items(), key=lambda item: -item[1])[:20]
+        terminalreporter.write_line(
+            f"time in specs per file ({sum(_FILES.values()) / 60:.1f} min in all), slowest first: "
+            + ", ".join(f"{path} {seconds:.0f} s" for path, seconds in slowest)
+        )
     if len(_BUSY) > 1:
         terminalreporter.write_line(
             "time in specs per worker: "

@@ -120,6 +120,10 @@ def run_generation(
         deadline = time.monotonic() + 120
         while query.isActive and not until() and time.monotonic() < deadline:
             time.sleep(0.05)
+        if not until() and query.exception() is not None:
+            # Its own cause, not ours: a query that died before its death (a Python worker
+            # that missed Spark's 10 s to connect back is rerun by that message).
+            raise query.exception()  # type: ignore[misc]
         assert until(), "the generation never reached its death"
     finally:
         query.stop()

@@ -233,12 +233,12 @@ def enriched(spark: SparkSession, *roots: Path) -> DataFrame:
     return union.filter(F.col("user") != "~end")
 
 
-def ended_log(path: Path) -> tuple[EmbeddedLog, list[Record]]:
-    """A log of 60 random records (the seed printed), each partition ended."""
+def ended_log(path: Path, count: int = 60) -> tuple[EmbeddedLog, list[Record]]:
+    """A log of ``count`` random records (the seed printed), each partition ended."""
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     log = new_log(path)
-    records = produce(log, random.Random(seed), 60, 0)
+    records = produce(log, random.Random(seed), count, 0)
     end_every_partition(log)
     return log, records
 
@@ -254,7 +254,9 @@ def new_log(path: Path) -> EmbeddedLog:
 def test_the_enriched_output_is_the_same_whatever_the_batch_size(
     spark: SparkSession, tmp_path: Path, batch: int | None
 ) -> None:
-    log, records = ended_log(tmp_path / "log")
+    # A micro-batch costs about 2 s here (state commits, Python state calls): at one record
+    # per batch, 30 records are as many holds and releases in a minute.
+    log, records = ended_log(tmp_path / "log", 30 if batch == 1 else 60)
     metrics = run(spark, log, tmp_path / "run", batch, max_task_idle_ms=LONG)
     assert_df_equality(
         enriched(spark, tmp_path / "run"),
@@ -290,10 +292,14 @@ def test_held_records_survive_a_restart_a_split_and_a_merge(
     first = run(spark, log, tmp_path / "a", 7, max_task_idle_ms=LONG)
     assert first["records_held"] > 0
     records += produce(log, rng, 40, 40)
-    run(spark, log, tmp_path / "a", 7, for_rescale=True, max_task_idle_ms=LONG)  # a restart
+    # The legs stopped for a rescale run a batch per trigger (5 s), so they read 20 records
+    # a batch: each ends, all the same, with the last records of one topic held.
+    restarted = run(spark, log, tmp_path / "a", 20, for_rescale=True, max_task_idle_ms=LONG)
+    assert restarted["records_held"] > 0
     rescale([tmp_path / "a" / "cp"], tmp_path / "b" / "cp", elasticity_factor=2)
     records += produce(log, rng, 40, 80)
-    run(spark, log, tmp_path / "b", 7, factor=2, for_rescale=True, max_task_idle_ms=LONG)
+    split = run(spark, log, tmp_path / "b", 20, factor=2, for_rescale=True, max_task_idle_ms=LONG)
+    assert split["records_held"] > 0
     rescale([tmp_path / "b" / "cp"], tmp_path / "c" / "cp", elasticity_factor=1)
     records += produce(log, rng, 40, 120)
     end_every_partition(log)

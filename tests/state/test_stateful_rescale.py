@@ -255,7 +255,9 @@ def test_checkpoint_show_reports_bucket_offsets_and_lag(
         assert min(b.behind for b in report.buckets if b.partition == partition) == 0
 
 
-def test_stateful_query_has_one_exchange(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+def test_stateful_query_has_one_exchange(
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
     job = Job(spark, tmp_path / "job", random.Random(seed))
     job.produce(50)
     query = job.start(tmp_path / "cp", 4, None, str(tmp_path / "no-marker"), tmp_path / "o", 100)
@@ -267,18 +269,32 @@ def test_stateful_query_has_one_exchange(spark: SparkSession, tmp_path: Path, se
 # -- refusals ------------------------------------------------------------------------------------
 
 
-def stopped_job(spark: SparkSession, tmp_path: Path, seed: int) -> tuple[Job, Path]:
-    job = Job(spark, tmp_path / "job", random.Random(seed))
+@pytest.fixture(scope="module")
+def stopped_once(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A job's log and the checkpoint of one run of it to the log's end, made once: the
+    refusals below each take a copy (a run is a Spark query, about 10 s)."""
+    seed = random.randrange(2**32)
+    print(f"stopped job's seed={seed}")
+    root = tmp_path_factory.mktemp("stopped")
+    job = Job(spark, root / "job", random.Random(seed))
     job.produce(40)
-    checkpoint = tmp_path / "cp"
-    job.run(checkpoint, 1)
-    return job, checkpoint
+    job.run(root / "cp", 1)
+    return root
+
+
+def stopped_job(
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
+) -> tuple[Job, Path]:
+    """A copy of :func:`stopped_once`'s job in ``tmp_path``: its log and stopped checkpoint."""
+    for name in ("job", "cp"):
+        shutil.copytree(stopped_once / name, tmp_path / name)
+    return Job(spark, tmp_path / "job", random.Random(seed)), tmp_path / "cp"
 
 
 def test_rescale_refuses_bad_factor_and_nonempty_target_writing_nothing(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     before = sorted(p.relative_to(checkpoint) for p in checkpoint.rglob("*"))
     with pytest.raises(ArgumentError, match="elasticity_factor"):
         rescale(checkpoint, tmp_path / "new", 3, spark)
@@ -291,9 +307,9 @@ def test_rescale_refuses_bad_factor_and_nonempty_target_writing_nothing(
 
 
 def test_rescale_leaves_its_sources_untouched(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
 
     def files() -> dict[Path, tuple[int, int]]:
         return {
@@ -308,9 +324,9 @@ def test_rescale_leaves_its_sources_untouched(
 
 
 def test_rescale_refuses_overlapping_sources(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     copy = tmp_path / "copy"
     shutil.copytree(checkpoint, copy)
     with pytest.raises(CheckpointError, match="sources overlap"):
@@ -332,19 +348,19 @@ def test_rescale_refuses_sources_that_do_not_cover_the_job(
 
 
 def test_rescale_refuses_a_target_inside_a_source(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     with pytest.raises(ArgumentError, match="neither inside one"):
         rescale(checkpoint, checkpoint / "rescaled", 2, spark)
     assert not (checkpoint / "rescaled").exists()
 
 
 def test_rescale_refuses_a_source_that_ran_a_batch_after_its_checks(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
     # What rescale re-checks once it holds the sources' locks: the offset log it planned from.
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     source = stopped_source(checkpoint, spark)
     last = source.batch.batch_id
     shutil.copy(checkpoint / "offsets" / str(last), checkpoint / "offsets" / str(last + 1))
@@ -353,9 +369,9 @@ def test_rescale_refuses_a_source_that_ran_a_batch_after_its_checks(
 
 
 def test_rescale_refuses_uncommitted_last_batch(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    job, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     job.produce(40)
     (job.root / "fail-once").touch()
     query = job.start(checkpoint, 1, None, str(job.root / "fail-once"), tmp_path / "o2", 100)
@@ -365,8 +381,10 @@ def test_rescale_refuses_uncommitted_last_batch(
         rescale(checkpoint, tmp_path / "new", 2, spark)
 
 
-def test_rescale_refuses_a_running_query(spark: SparkSession, tmp_path: Path, seed: int) -> None:
-    job, checkpoint = stopped_job(spark, tmp_path, seed)
+def test_rescale_refuses_a_running_query(
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    job, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     query = job.start(checkpoint, 1, None, "", tmp_path / "o2", 100, available_now=False)
     try:
         query.processAllAvailable()
@@ -384,9 +402,9 @@ LOCK_HOLDER = (
 
 
 def test_rescale_refuses_a_query_running_in_another_process(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     # This process frees the lock when Spark's listener bus reports the run terminated,
     # a moment after the query stopped; only then can another process take it.
     deadline = time.monotonic() + 60
@@ -410,9 +428,9 @@ def test_rescale_refuses_a_query_running_in_another_process(
 
 
 def test_rescale_refuses_checkpoints_of_different_jobs(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    _, checkpoint = stopped_job(spark, tmp_path, seed)
+    _, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     other = tmp_path / "other"
     shutil.copytree(checkpoint, other)
     job_file = other / "_spark_elastic" / "job.json"
@@ -424,17 +442,17 @@ def test_rescale_refuses_checkpoints_of_different_jobs(
 
 
 def test_query_refuses_checkpoint_of_another_factor(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    job, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     with pytest.raises(CheckpointError, match="rescale"):
         job.start(checkpoint, 2, None, "", tmp_path / "o2", 100)
 
 
 def test_checkpoint_show_reads_a_running_query(
-    spark: SparkSession, tmp_path: Path, seed: int
+    stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
-    job, checkpoint = stopped_job(spark, tmp_path, seed)
+    job, checkpoint = stopped_job(stopped_once, spark, tmp_path, seed)
     query = job.start(checkpoint, 1, None, "", tmp_path / "o2", 100, available_now=False)
     try:
         query.processAllAvailable()
