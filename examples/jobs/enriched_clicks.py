@@ -16,11 +16,11 @@ click time, not whatever the micro-batch happened to hold. Paths come from
     spark-elastic log produce $ENRICH_ROOT/log clicks --generate 20000 --keys 50
     spark-elastic job run examples/jobs/enriched_clicks.py:job --containers 2
 
-Within a micro-batch only, as a job: ``Job`` does not take
-``max_task_idle_ms`` yet (Kafka Streams' ``max.task.idle.ms`` 0), so a task
-does not hold records back until its other partition catches up in time;
-``with_task_state(..., max_task_idle_ms=...)`` does (docs/stateful.md,
-``tests/state/test_hold_back.py`` runs this processor so). The coordinator
+Within a micro-batch only, as written: a task does not hold records back
+until its other partition catches up in time (Kafka Streams'
+``max.task.idle.ms`` 0); ``Job(..., max_task_idle_ms=...)`` makes it
+(docs/stateful.md; ``tests/runtime/test_exactly_once.py`` runs this
+processor so in a job, ``tests/state/test_hold_back.py`` in a query). The coordinator
 and each container import this file, so it must build the job without side
 effects: no Spark, no I/O.
 """

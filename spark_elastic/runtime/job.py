@@ -944,6 +944,17 @@ class Job:
         The order a stateful task sees its records in within a micro-batch
         (``with_task_state``'s ``order``): ``"offset"``, ``"timestamp"``, or
         None: by timestamp for several input topics, by offset for one.
+    max_task_idle_ms
+        Kafka Streams' ``max.task.idle.ms`` for a stateful job read in time
+        order (``with_task_state``'s): a task holds back what it cannot yet
+        place in time, up to this long; 0 (the default) never holds back.
+        What a task holds is not published until it is released, and a
+        transactional sink's output covers only what was released, so a new
+        owner publishes each record once.
+    bootstrap
+        Samza's bootstrap streams (``with_task_state``'s ``bootstrap``):
+        input topics every container's tasks read to their end offsets as of
+        its query's start before any other record.
     """
 
     name: str
@@ -958,6 +969,8 @@ class Job:
     trigger_interval: str = "1 second"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     order: str | None = None
+    max_task_idle_ms: int = 0
+    bootstrap: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if (
@@ -999,6 +1012,53 @@ class Job:
         if self.hash not in ("spark", "java"):
             raise ArgumentError.invalid("Job.hash", "a hash mode", self.hash, ["spark", "java"])
         check_order("Job.order", self.order, "timestamp", default=True)
+        self._check_hold_back()
+
+    def _check_hold_back(self) -> None:
+        """Refuse a hold-back setting the job cannot run, in one line (when defined)."""
+        from spark_elastic.state.holdback import check_idle
+
+        check_idle("Job.max_task_idle_ms", self.max_task_idle_ms)
+        if isinstance(self.bootstrap, str) or not isinstance(self.bootstrap, Sequence):
+            raise ArgumentTypeError.wrong_type(
+                "Job.bootstrap",
+                "a sequence of input topic names, such as ('profiles',)",
+                self.bootstrap,
+            )
+        object.__setattr__(self, "bootstrap", tuple(self.bootstrap))
+        if not self.holds_back:
+            return
+        what = "max_task_idle_ms above 0" if self.max_task_idle_ms else "bootstrap streams"
+        if self.processor is None:
+            raise ArgumentError.invalid(
+                "Job.max_task_idle_ms/bootstrap",
+                "a TaskProcessor's job (a stateful task holds records back in its state)",
+                f"{what} for a stateless transform",
+            )
+        topics = tuple(self.input.topics)
+        if self.order == "offset" or (self.order is None and len(topics) == 1):
+            raise ArgumentError.invalid(
+                "Job.order",
+                f"'timestamp' to hold records back in time order ({what}; None means "
+                f"'timestamp' only for several input topics, and the job reads {len(topics)})",
+                self.order,
+            )
+        unknown = [t for t in self.bootstrap if t not in topics]
+        if unknown:
+            raise ArgumentError.invalid(
+                "Job.bootstrap", f"input topics of the job {list(topics)}", unknown
+            )
+        if self.bootstrap and set(self.bootstrap) >= set(topics):
+            raise ArgumentError.invalid(
+                "Job.bootstrap",
+                "some but not all input topics (the others wait for them)",
+                list(self.bootstrap),
+            )
+
+    @property
+    def holds_back(self) -> bool:
+        """Whether its tasks hold records back (``max_task_idle_ms`` or bootstrap streams)."""
+        return self.max_task_idle_ms > 0 or bool(self.bootstrap)
 
     @property
     def stateful(self) -> bool:

@@ -52,6 +52,8 @@ __all__ = [
     "check_idle",
     "decode_held",
     "encode_held",
+    "final_marks",
+    "held_from",
     "release",
     "unplaced",
 ]
@@ -317,3 +319,46 @@ def decode_held(rows: bytes, clocks: str) -> tuple[pd.DataFrame, dict[Partition,
 
     held = pa.ipc.open_stream(rows).read_all().to_pandas()
     return held, {(str(t), int(p)): Clock(time, since) for t, p, time, since in json.loads(clocks)}
+
+
+def held_from(held: pd.DataFrame | None, timer: bool) -> str:
+    """A task's mark after one step: where each partition's held records start (JSON).
+
+    The records a task holds of one partition are the last ones it read of
+    it (a partition's records leave the merge in offset order), so below
+    that offset everything it read is released, and output. A running job's
+    transactional sink publishes that as what the batch's output covers.
+    ``timer``: the step was a timer's (within a micro-batch, Spark runs a
+    task's new records before its timers, so a timer's mark is the later).
+    Runs on executors, once per task per step.
+    """
+    starts: dict[str, dict[str, int]] = {}
+    if held is not None and len(held):
+        firsts = held.groupby(["topic", "partition"], sort=True)["offset"].min()
+        for (topic, partition), offset in firsts.items():
+            starts.setdefault(str(topic), {})[str(int(partition))] = int(offset)
+    return json.dumps({"timer": timer, "held": starts}, sort_keys=True)
+
+
+def final_marks(marks: Sequence[tuple[int, str]]) -> dict[int, dict[Partition, int]]:
+    """Each task's last mark of a micro-batch: ``{task id: {(stream, partition): offset}}``.
+
+    ``marks`` are ``(task id, held_from JSON)`` in any order; of a task's
+    marks, a timer's wins (it ran after the task's new records). A task
+    absent from the result ran no step in the batch: it released nothing.
+    Runs on the driver, once per micro-batch of a running job that holds
+    records back.
+    """
+    chosen: dict[int, dict[str, Any]] = {}
+    for task_id, text in marks:
+        mark = json.loads(text)
+        if task_id not in chosen or (mark["timer"] and not chosen[task_id]["timer"]):
+            chosen[task_id] = mark
+    return {
+        task_id: {
+            (topic, int(partition)): int(offset)
+            for topic, offsets in mark["held"].items()
+            for partition, offset in offsets.items()
+        }
+        for task_id, mark in sorted(chosen.items())
+    }

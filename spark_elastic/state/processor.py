@@ -94,6 +94,7 @@ from spark_elastic.state.holdback import (
     check_idle,
     decode_held,
     encode_held,
+    held_from,
     release,
     unplaced,
 )
@@ -142,6 +143,13 @@ _METRICS = (
     "spark_elastic_held",
     "spark_elastic_enforced",
 )
+_TASK = "spark_elastic_task"
+_HELD_FROM = "spark_elastic_held_from"
+MARK_COLUMNS = (_KIND, _TASK, _HELD_FROM)
+"""The columns a holding query's marks come in, with ``_marks=True`` (a running job's
+container): rows of kind ``"metrics"`` name their task (its id in the plan) and where its
+held records start (:func:`~spark_elastic.state.holdback.held_from`); the others are
+output (``"row"``)."""
 _INTERNAL_INPUT = ("routing_key", BUCKET_HASH)
 _BOOTSTRAP_LOOK_MS = 1_000
 """While its bootstrap streams are being read, how often a task holding records looks
@@ -610,13 +618,15 @@ class _ElasticProcessor:
         if self.bucket_checkpoints:
             self._advance(fresh, entries, route.key_bucket)
         resolve_ns = time.perf_counter_ns() - started - bucket_ns
-        ready, held, enforced = fresh, 0, 0
+        ready, held, enforced, mark = fresh, 0, 0, None
         if self.holds:
-            ready, held, enforced = self._hold_back(route, fresh, _now_ms(timer_values))
+            ready, held, enforced, mark = self._hold_back(route, fresh, _now_ms(timer_values))
         elif self.order == "timestamp":
             enforced = unplaced(fresh, route.partitions)
         yield from self._apply(route, ready)
-        yield self._metrics(len(fresh), int(skip.sum()), bucket_ns, resolve_ns, held, enforced)
+        yield self._metrics(
+            len(fresh), int(skip.sum()), bucket_ns, resolve_ns, held, enforced, route, mark
+        )
 
     def handleExpiredTimer(
         self, key: tuple[Any, ...], timer_values: Any, expired_timer_info: Any
@@ -627,17 +637,18 @@ class _ElasticProcessor:
         if not self.holds:
             return
         now = max(_now_ms(timer_values), int(expired_timer_info.getExpiryTimeInMs()))
-        ready, held, enforced = self._hold_back(route, None, now)
+        ready, held, enforced, mark = self._hold_back(route, None, now, timer=True)
         yield from self._apply(route, ready)
-        yield self._metrics(0, 0, 0, 0, held, enforced)
+        yield self._metrics(0, 0, 0, 0, held, enforced, route, mark)
 
     def _hold_back(
-        self, route: _TaskRoute, fresh: pd.DataFrame | None, now_ms: int
-    ) -> tuple[pd.DataFrame, int, int]:
+        self, route: _TaskRoute, fresh: pd.DataFrame | None, now_ms: int, timer: bool = False
+    ) -> tuple[pd.DataFrame, int, int, str]:
         """Merge what the task held with what is new; keep what cannot be placed yet.
 
-        Returns the records to apply now, how many stay held, and how many
-        were released without waiting (:func:`~spark_elastic.state.holdback.release`).
+        Returns the records to apply now, how many stay held, how many were
+        released without waiting (:func:`~spark_elastic.state.holdback.release`),
+        and the task's mark (:func:`~spark_elastic.state.holdback.held_from`).
         """
         import pandas as pd
 
@@ -645,7 +656,7 @@ class _ElasticProcessor:
         held, clocks = (None, {}) if stored is None else decode_held(stored[0], stored[1])
         parts = [f for f in (held, fresh) if f is not None and len(f)]
         if not parts:
-            return pd.DataFrame(), 0, 0
+            return pd.DataFrame(), 0, 0, held_from(None, timer)
         buffer = pd.concat(parts, ignore_index=True)
         if "virtual_task" in buffer.columns:
             # Held across a split or merge, a record names the task that first read it.
@@ -665,7 +676,7 @@ class _ElasticProcessor:
                 self.handle.registerTimer(wake)
         else:
             self.held.update(encode_held(buffer.iloc[:0], step.clocks))
-        return step.ready, len(step.held), step.enforced
+        return step.ready, len(step.held), step.enforced, held_from(step.held, timer)
 
     def _apply(self, route: _TaskRoute, fresh: pd.DataFrame) -> Iterator[pd.DataFrame]:
         """Apply records in order to the task's state and yield the processor's output.
@@ -754,6 +765,9 @@ class _ElasticProcessor:
         rows[_KIND] = "row"
         for name in _METRICS:
             rows[name] = None
+        if self.holds:
+            rows[_TASK] = None
+            rows[_HELD_FROM] = None
         return rows
 
     def _metrics(
@@ -764,6 +778,8 @@ class _ElasticProcessor:
         resolve_ns: int,
         held: int = 0,
         enforced: int = 0,
+        route: _TaskRoute | None = None,
+        mark: str | None = None,
     ) -> pd.DataFrame:
         import pandas as pd
 
@@ -772,6 +788,9 @@ class _ElasticProcessor:
         values = (processed, skipped, bucket_ns, resolve_ns, held, enforced)
         for name, value in zip(_METRICS, values, strict=True):
             row[name] = [value]
+        if self.holds:
+            row[_TASK] = [None if route is None else route.task_id]
+            row[_HELD_FROM] = [mark]
         return pd.DataFrame(row)
 
 
@@ -871,6 +890,7 @@ def with_task_state(
     timestamp: str = "timestamp",
     max_task_idle_ms: int = 0,
     bootstrap: Sequence[str] = (),
+    _marks: bool = False,
 ) -> Callable[[DataFrame], DataFrame]:
     """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
 
@@ -952,6 +972,10 @@ def with_task_state(
         them (``_spark_elastic/bootstrap.json``); it does so again each time
         the transform is applied to start a query. Like ``max_task_idle_ms``,
         runs the query in processing-time mode.
+    _marks
+        Internal, for a running job's containers: a query that holds records
+        back also returns each task step's mark (:data:`MARK_COLUMNS`), from
+        which the container says what its published output covers.
 
     Returns
     -------
@@ -1058,6 +1082,7 @@ def with_task_state(
             (in_order, timestamp),
             idle_ms,
             first,
+            _marks,
         )
 
     return transform
@@ -1273,12 +1298,16 @@ def _run(
     order: tuple[str, str] = ("offset", "timestamp"),
     idle_ms: int = 0,
     bootstrap: tuple[str, ...] = (),
+    marks: bool = False,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
     output = spark.createDataFrame([], processor.output_schema).schema
     state = spark.createDataFrame([], processor.state_schema).schema
     internal = f"{_KIND} string, " + ", ".join(f"{name} long" for name in _METRICS)
+    holds = idle_ms > 0 or bool(bootstrap)
+    if holds:
+        internal += f", {_TASK} long, {_HELD_FROM} string"
     out_ddl = ", ".join(
         [f"`{f.name}` {f.dataType.simpleString()}" for f in output.fields] + [internal]
     )
@@ -1341,7 +1370,11 @@ def _run(
         F.coalesce(F.sum(_METRICS[4]), F.lit(0)).alias("records_held"),
         F.coalesce(F.sum(_METRICS[5]), F.lit(0)).alias("records_enforced"),
     )
-    return observed.filter(kind == "row").drop(_KIND, *_METRICS)
+    if marks and holds:
+        return observed.filter(kind.isin("row", "metrics")).drop(*_METRICS)
+    return observed.filter(kind == "row").drop(
+        *[c for c in MARK_COLUMNS if holds or c == _KIND], *_METRICS
+    )
 
 
 def _as_stateful_processor(inner: _ElasticProcessor) -> Any:

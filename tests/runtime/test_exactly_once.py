@@ -14,18 +14,21 @@ also sees the transaction a dead owner left open, aborted by its successor.
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import enrichment
 import kafka_jvm
 import pytest
 from chispa import assert_df_equality
 from key_counts import Count, produce
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, Job, KafkaSink, LogInput, ParquetSink
 from spark_elastic.errors import ArgumentError, SinkError
@@ -45,6 +48,7 @@ from spark_elastic.runtime.job import (
 )
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel
+from spark_elastic.state.checkpoint_dir import batch_offsets
 
 pytestmark = pytest.mark.slow
 
@@ -105,10 +109,15 @@ def lease() -> ContainerLease:
 
 
 def run_generation(
-    spark: SparkSession, job: Job, mine: ContainerModel, until: Callable[[], bool] | None = None
+    spark: SparkSession,
+    job: Job,
+    mine: ContainerModel,
+    until: Callable[[], bool] | None = None,
+    partitions: Mapping[str, int] = PARTITIONS,
+    deadline_s: float = 120,
 ) -> None:
     """Run one container generation's query: to its death, to ``until``, or to the end."""
-    plan = grown_plan(job.grouper, 4 if mine.tasks == FACTOR_4 else 2, PARTITIONS, PARTITIONS)
+    plan = grown_plan(job.grouper, 4 if mine.tasks == FACTOR_4 else 2, partitions, partitions)
     starts = _prepare_checkpoint(mine, plan, job.stateful, spark)
     quiet = _fence_published(job, plan, mine)
     settings = ContainerSettings(mine.container_id, "http://127.0.0.1:1", "unused")
@@ -117,7 +126,7 @@ def run_generation(
         if until is None:
             query.processAllAvailable()
             return
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + deadline_s
         while query.isActive and not until() and time.monotonic() < deadline:
             time.sleep(0.05)
         if not until() and query.exception() is not None:
@@ -244,6 +253,19 @@ def test_the_covers_of_a_batch_are_each_task_bucket_up_to_its_end_offsets() -> N
     assert covers(plan, ("Partition 1_1_2",), {"clicks": {"0": 3}}) == ()
 
 
+def test_a_holding_jobs_batch_covers_what_its_tasks_released_and_nothing_of_idle_ones() -> None:
+    # Task 0_0_2 holds clicks-0 from offset 9; 1_1_2 holds nothing; 0_1_2 ran no step in the
+    # batch (it released nothing), so the batch says nothing of it.
+    plan = grown_plan("partition", 2, PARTITIONS, PARTITIONS)
+    offsets = {"clicks": {"0": 17, "1": 5}}
+    held = {"Partition 0_0_2": {("clicks", 0): 9}, "Partition 1_1_2": {}}
+    tasks = ("Partition 0_0_2", "Partition 0_1_2", "Partition 1_1_2")
+    assert covers(plan, tasks, offsets, held) == (
+        (("clicks", 0, 0, 2), 9),
+        (("clicks", 1, 1, 2), 5),
+    )
+
+
 class Declared:
     def __init__(self, guarantee: str, published: object = None) -> None:
         self.guarantee = guarantee
@@ -346,3 +368,77 @@ def test_on_kafka_a_read_committed_consumer_sees_each_output_once_whatever_the_d
         assert all(count == 1 for count in aborted.values())
     else:
         assert uncommitted == committed
+
+
+HOLDING = {"clicks": 2, "profiles": 2}
+
+
+def holding_job(log: EmbeddedLog, root: Path, sink: ParquetSink) -> Job:
+    """The example's enrichment (a click with its user's latest profile at click time), its
+    tasks holding back what they cannot yet place in time."""
+    return Job(
+        "held",
+        LogInput(str(log.path), ("clicks", "profiles"), max_records_per_batch=7),
+        2,
+        str(root / "checkpoints"),
+        sink,
+        processor=enrichment.example_processor(),
+        trigger_interval="100 milliseconds",
+        max_task_idle_ms=3_600_000,
+    )
+
+
+def enriched_clicks(spark: SparkSession, out: Path) -> DataFrame:
+    """What a reader of the sink's directory gets, without the end markers."""
+    rows = spark.read.parquet(str(out)).select("user", "click_offset", "partition", "profile")
+    return rows.filter(~F.col("user").startswith("~end"))
+
+
+@pytest.mark.parametrize("tasks", [FACTOR_2, FACTOR_4], ids=["same tasks", "split"])
+def test_held_records_are_published_once_by_the_new_owner_of_one_that_died_holding_them(
+    spark: SparkSession, tmp_path: Path, tasks: tuple[str, ...]
+) -> None:
+    # Issue #26 in a job: the old owner's tasks held records back (one of a task's
+    # partitions behind the other in time) when it died after publishing a batch it never
+    # committed. What that batch covers stops where the held records start, so its
+    # successor (the same tasks, or a split of them) publishes them, and nothing twice.
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    log = enrichment.new_log(tmp_path / "log")
+    records = enrichment.produce(log, random.Random(seed), 60, 0)
+    enrichment.end_every_task(log, 4)
+    out = tmp_path / "out"
+    old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
+    dying = DyingSink(str(out), point="after the rename", at=3)
+    with pytest.raises(Exception, match="after the rename"):
+        run_generation(spark, holding_job(log, tmp_path, dying), old, partitions=HOLDING)
+    published = out / "container=c1" / "generation=1" / "batch=3" / PROGRESS_FILE
+    ends = batch_offsets(old.checkpoint, 3)
+    covered = json.loads(published.read_text())["covers"]
+    assert covered, "the dead owner's last batch covers nothing"
+    assert any(offset < int(ends[s][str(p)]) for s, p, _, _, offset in covered), (covered, ends)
+
+    new = ContainerModel("c2", tasks, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
+    clicks = enrichment.reference(records)
+    ends = {t: {str(p): o for p, o in log.end_offsets(t).items()} for t in HOLDING}
+
+    seen: dict[str, object] = {}
+
+    def done() -> bool:
+        last = last_committed_batch(new.checkpoint)
+        seen.update(batch=last, read=batch_offsets(new.checkpoint, last) if last >= 0 else {})
+        seen.update(published=enriched_clicks(spark, out).count())
+        return seen["read"] == ends and seen["published"] == len(clicks)
+
+    job = holding_job(log, tmp_path, ParquetSink(str(out)))
+    try:
+        # A batch on every trigger (processing-time mode), each one slow on a loaded machine.
+        run_generation(spark, job, new, done, partitions=HOLDING, deadline_s=300)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {len(clicks)} clicks in {ends}; {seen}") from None
+    assert_df_equality(
+        enriched_clicks(spark, out),
+        spark.createDataFrame(clicks, enrichment.ENRICHED),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )

@@ -96,6 +96,55 @@ def test_the_order_is_offset_timestamp_or_the_default() -> None:
         make_job(order="time")
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_task_idle_ms": -1}, r"Job.max_task_idle_ms: expected a non-negative .* found -1"),
+        ({"bootstrap": "profiles"}, r"Job.bootstrap: expected a sequence of input topic names"),
+        ({"max_task_idle_ms": 100}, r"Job.max_task_idle_ms/bootstrap: expected a TaskProcessor"),
+        (
+            {"max_task_idle_ms": 100, "processor": "held", "order": "offset"},
+            r"Job.order: expected 'timestamp' .*above 0.* reads 2\), found 'offset'",
+        ),
+        (
+            {"max_task_idle_ms": 100, "processor": "held", "input": "one topic"},
+            r"Job.order: expected 'timestamp' .* the job reads 1\), found None",
+        ),
+        (
+            {"bootstrap": ["users"], "processor": "held"},
+            r"Job.bootstrap: expected input topics of the job \['clicks', 'profiles'\]",
+        ),
+        (
+            {"bootstrap": ["clicks", "profiles"], "processor": "held"},
+            r"Job.bootstrap: expected some but not all input topics",
+        ),
+    ],
+    ids=["negative", "string", "stateless", "offset", "one-topic", "unknown", "every-input"],
+)
+def test_holding_records_back_is_refused_where_a_job_cannot_do_it(
+    changes: dict[str, object], message: str
+) -> None:
+    from enrichment import example_processor
+
+    changes = dict(changes)
+    if changes.pop("processor", None):
+        changes.update(transform=None, processor=example_processor())
+    changes["input"] = LogInput(
+        "/data/log", ("clicks",) if changes.pop("input", None) else ("clicks", "profiles")
+    )
+    with pytest.raises((ArgumentError, ArgumentTypeError), match=message):
+        make_job(**changes)
+    ok = make_job(
+        input=LogInput("/data/log", ("clicks", "profiles")),
+        transform=None,
+        processor=example_processor(),
+        max_task_idle_ms=100,
+        bootstrap=["profiles"],
+    )
+    assert ok.holds_back
+    assert ok.bootstrap == ("profiles",)
+
+
 @pytest.mark.parametrize("factor", [3, 0, 2048])
 def test_the_factor_is_a_power_of_two_up_to_1024(factor: int) -> None:
     with pytest.raises(ArgumentError):

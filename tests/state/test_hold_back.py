@@ -22,7 +22,17 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
-from enrichment import ENRICHED, example_processor
+from enrichment import (
+    ENRICHED,
+    PARTITIONS,
+    START,
+    Record,
+    end_every_partition,
+    example_processor,
+    new_log,
+    produce,
+    reference,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -38,49 +48,10 @@ from spark_elastic.errors import ArgumentError, ArgumentTypeError
 
 pytestmark = pytest.mark.slow
 
-PARTITIONS = 2
-START = 1_700_000_000_000
 LONG = 3_600_000  # an hour: never over within a spec
 # The trigger of queries stopped for a rescale: room between batches even on a loaded
 # machine (at 1 s, a fresh-clone run's batches took longer, and no stop found a gap).
 EVERY = "5 seconds"
-Record = tuple[str, int, int, int, str, str]  # topic, partition, offset, time, user, value
-
-
-def produce(log: EmbeddedLog, rng: random.Random, count: int, first: int) -> list[Record]:
-    """``count`` clicks and profile updates of 8 users, 10 ms apart from ``first``; profile
-    updates come in runs, so a batch often holds one topic's records only."""
-    records = []
-    with log.producer("clicks") as clicks, log.producer("profiles") as profiles:
-        topic = "clicks"
-        for i in range(first, first + count):
-            if rng.random() < 0.25:
-                topic = "profiles" if topic == "clicks" else "clicks"
-            user, time = f"u{rng.randrange(8)}", START + 10 * i
-            value = f"p{i}" if topic == "profiles" else "click"
-            sent = (profiles if topic == "profiles" else clicks).send(user, value, time)
-            records.append((topic, sent.partition, sent.offset, time, user, value))
-    return records
-
-
-def end_every_partition(log: EmbeddedLog) -> None:
-    """One record at a later time than any other on every partition of both topics."""
-    for topic in ("clicks", "profiles"):
-        with log.producer(topic) as producer:
-            for partition in range(PARTITIONS):
-                producer.send("~end", "end", START + 10**9, partition=partition)
-
-
-def reference(records: list[Record]) -> list[Any]:
-    """One pass in time order (a user's records are all in one task, so its order is theirs)."""
-    profile: dict[str, str] = {}
-    rows = []
-    for topic, partition, offset, _, user, value in sorted(records, key=lambda r: r[3]):
-        if topic == "profiles":
-            profile[user] = value
-        else:
-            rows.append((user, offset, partition, profile.get(user, "-")))
-    return rows
 
 
 def run(
@@ -241,13 +212,6 @@ def ended_log(path: Path, count: int = 60) -> tuple[EmbeddedLog, list[Record]]:
     records = produce(log, random.Random(seed), count, 0)
     end_every_partition(log)
     return log, records
-
-
-def new_log(path: Path) -> EmbeddedLog:
-    log = EmbeddedLog(path)
-    for topic in ("clicks", "profiles"):
-        log.create_topic(topic, PARTITIONS)
-    return log
 
 
 @pytest.mark.parametrize("batch", [1, 7, 100, None], ids=["1", "7", "100", "all"])

@@ -22,6 +22,8 @@ from spark_elastic.state.holdback import (
     check_idle,
     decode_held,
     encode_held,
+    final_marks,
+    held_from,
     release,
     unplaced,
 )
@@ -187,3 +189,43 @@ def test_held_records_and_clocks_round_trip_through_one_state_value() -> None:
 def test_an_idle_time_that_is_not_a_whole_non_negative_number_is_refused(value: object) -> None:
     with pytest.raises(ArgumentError, match=r"^max_task_idle_ms: expected a non-negative"):
         check_idle("max_task_idle_ms", value)
+
+
+@pytest.mark.parametrize("run", range(10))
+def test_a_task_has_released_every_record_of_a_partition_below_where_its_mark_says_it_holds(
+    run: int,
+) -> None:
+    # What a running job's transactional sink publishes as covered: it must be exactly what
+    # was released, whatever the chunks, for a new owner to publish the rest once.
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    records = streams(rng, 60)
+    held, clocks = pd.DataFrame(columns=COLUMNS), {}
+    out: dict[tuple[str, int], list[int]] = {p: [] for p in PARTITIONS}
+    read = 0
+    while read < len(records):
+        chunk = records[read : read + rng.randint(1, 10)]
+        read += len(chunk)
+        buffer = pd.concat([held, pd.DataFrame(chunk, columns=COLUMNS)], ignore_index=True)
+        step = release(buffer, PARTITIONS, clocks, 0, NEVER, "timestamp")
+        for topic, partition, offset in step.ready[["topic", "partition", "offset"]].itertuples(
+            index=False
+        ):
+            out[(topic, partition)].append(int(offset))
+        mark = final_marks([(7, held_from(step.held, timer=False))])[7]
+        for p in PARTITIONS:
+            seen = sum(1 for r in records[:read] if r[:2] == p)
+            assert sorted(out[p]) == list(range(mark.get(p, seen))), (p, mark)
+        held, clocks = step.held, step.clocks
+
+
+def test_of_a_tasks_marks_in_one_batch_its_timers_is_the_last() -> None:
+    holding = pd.DataFrame([("clicks", 0, 5, 1), ("clicks", 0, 6, 2)], columns=COLUMNS)
+    marks = [
+        (1, held_from(holding, timer=True)),
+        (1, held_from(None, timer=False)),
+        (2, held_from(None, timer=False)),
+    ]
+    assert final_marks(marks) == {1: {("clicks", 0): 5}, 2: {}}
+    assert final_marks(list(reversed(marks))) == {1: {("clicks", 0): 5}, 2: {}}

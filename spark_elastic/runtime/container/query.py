@@ -106,9 +106,19 @@ def needed_partitions(plan: JobPlan, tasks: tuple[str, ...]) -> dict[str, list[i
 
 
 def covers(
-    plan: JobPlan, tasks: Sequence[str], offsets: Mapping[str, Mapping[str, int]]
+    plan: JobPlan,
+    tasks: Sequence[str],
+    offsets: Mapping[str, Mapping[str, int]],
+    held: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
 ) -> tuple[Fence, ...]:
     """What a batch's output covers: each task's key bucket up to the batch's end offsets.
+
+    A job that holds records back (``max_task_idle_ms``, bootstrap streams)
+    passes ``held``: each task that ran a step in the batch, with where its
+    held records of each partition start. Its output covers only what it
+    released: up to those offsets where it holds records, to the end
+    offsets where it holds none. A task not in ``held`` released nothing in
+    the batch and is left out, so what an earlier batch said of it stands.
 
     Parameters
     ----------
@@ -118,6 +128,9 @@ def covers(
         The container's tasks.
     offsets
         The batch's end offsets, ``{"topic": {"partition": next offset}}``.
+    held
+        ``{task name: {(stream, partition): first held offset}}``, or None for
+        a job that never holds records back.
 
     Returns
     -------
@@ -130,12 +143,15 @@ def covers(
     ids = {name: i for i, name in enumerate(plan.task_names())}
     out = set()
     for name in tasks:
+        if held is not None and name not in held:
+            continue
+        starts = {} if held is None else held[name]
         bucket = TaskName.parse(name).key_bucket
         for ssp in plan.task(ids[name]).partitions:
             end = offsets.get(ssp.stream, {}).get(str(ssp.partition))
             if end is not None:
                 key = (ssp.stream, ssp.partition, bucket, plan.elasticity_factor)
-                out.add((key, int(end)))
+                out.add((key, min(int(end), starts.get((ssp.stream, ssp.partition), int(end)))))
     return tuple(sorted(out))
 
 
@@ -177,6 +193,9 @@ def _output(
                 tasks=mine.tasks,
                 hash=job.hash,  # type: ignore[arg-type]
                 order=job.order,
+                max_task_idle_ms=job.max_task_idle_ms,
+                bootstrap=job.bootstrap,
+                _marks=job.holds_back,
             )
         )
     else:
@@ -243,6 +262,32 @@ def _start_query(
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         # Runs on the container's driver (a py4j callback), once per micro-batch, before Spark
         # commits it: a refused write fails the batch, so it never commits.
+        if not job.holds_back:
+            publish(batch, batch_id, None)
+            return
+        # The batch holds each task step's mark beside the output: computed once (a second
+        # run of the processor could release other records), read, then the rows published.
+        from pyspark.sql import functions as F
+
+        from spark_elastic.state.holdback import final_marks
+        from spark_elastic.state.processor import MARK_COLUMNS
+
+        kind, task, starts = MARK_COLUMNS
+        batch.persist()
+        try:
+            marks = batch.filter(F.col(kind) == "metrics").select(task, starts).collect()
+            names = plan.task_names()
+            held = {
+                names[task_id]: offsets
+                for task_id, offsets in final_marks([(int(r[0]), str(r[1])) for r in marks]).items()
+            }
+            publish(batch.filter(F.col(kind) == "row").drop(*MARK_COLUMNS), batch_id, held)
+        finally:
+            batch.unpersist()
+
+    def publish(
+        batch: DataFrame, batch_id: int, held: Mapping[str, Mapping[tuple[str, int], int]] | None
+    ) -> None:
         # A lapsed lease (coordinator unreachable) pauses the write until it is renewed.
         if live is not None and not live.is_set():
             # A warm-up's batch: every record is below its fence, so there is no output
@@ -257,7 +302,7 @@ def _start_query(
 
         # Spark wrote the batch's end offsets before running it: what its output covers.
         covered = (
-            covers(plan, mine.tasks, batch_offsets(mine.checkpoint, batch_id))
+            covers(plan, mine.tasks, batch_offsets(mine.checkpoint, batch_id), held)
             if transactional
             else ()
         )

@@ -483,6 +483,14 @@ def _await_tasks(
 
 
 def _replays(job: Job, settings: ContainerSettings) -> bool:
-    """Whether a stateful warm-up replays its old owners' records (their input has a gate)."""
+    """Whether a stateful warm-up replays its old owners' records (their input has a gate).
+
+    Not for a job whose tasks hold records back: a replaying warm-up applies
+    quietly what its old owners committed (:func:`.follow.source_fences`), and
+    the records they held at their last commit were read but never output. It
+    warms up from their state instead, held records included.
+    """
+    if job.holds_back:
+        return False
     # An input of the user's own that does not say has no gate.
     return settings.warmup == "replay" and bool(getattr(job.input, "gated", False))
