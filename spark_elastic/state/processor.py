@@ -1372,9 +1372,7 @@ def _run(
     )
     if marks and holds:
         return observed.filter(kind.isin("row", "metrics")).drop(*_METRICS)
-    return observed.filter(kind == "row").drop(
-        *[c for c in MARK_COLUMNS if holds or c == _KIND], *_METRICS
-    )
+    return observed.filter(kind == "row").drop(*(MARK_COLUMNS if holds else (_KIND,)), *_METRICS)
 
 
 def _as_stateful_processor(inner: _ElasticProcessor) -> Any:

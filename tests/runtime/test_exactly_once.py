@@ -14,7 +14,6 @@ also sees the transaction a dead owner left open, aborted by its successor.
 from __future__ import annotations
 
 import json
-import random
 import time
 import uuid
 from collections import Counter
@@ -402,10 +401,8 @@ def test_held_records_are_published_once_by_the_new_owner_of_one_that_died_holdi
     # partitions behind the other in time) when it died after publishing a batch it never
     # committed. What that batch covers stops where the held records start, so its
     # successor (the same tasks, or a split of them) publishes them, and nothing twice.
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
     log = enrichment.new_log(tmp_path / "log")
-    records = enrichment.produce(log, random.Random(seed), 60, 0)
+    records = enrichment.produce(log, enrichment.seeded(), 60, 0)
     enrichment.end_every_task(log, 4)
     out = tmp_path / "out"
     old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))

@@ -78,6 +78,13 @@ def new_log(path: Path) -> EmbeddedLog:
     return log
 
 
+def seeded() -> random.Random:
+    """A random generator of a fresh seed, printed (pytest shows it with a failure)."""
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    return random.Random(seed)
+
+
 def end_every_task(log: EmbeddedLog, factor: int) -> None:
     """One record later than any other for every key bucket (at ``factor``, and so at its
     divisors) of every partition of both topics: a task at those factors holds nothing real

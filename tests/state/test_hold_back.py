@@ -15,7 +15,6 @@ a later time than any other (user ``~end``), so nothing real is left held.
 from __future__ import annotations
 
 import json
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from enrichment import (
     new_log,
     produce,
     reference,
+    seeded,
 )
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -206,10 +206,9 @@ def enriched(spark: SparkSession, *roots: Path) -> DataFrame:
 
 def ended_log(path: Path, count: int = 60) -> tuple[EmbeddedLog, list[Record]]:
     """A log of ``count`` random records (the seed printed), each partition ended."""
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    rng = seeded()
     log = new_log(path)
-    records = produce(log, random.Random(seed), count, 0)
+    records = produce(log, rng, count, 0)
     end_every_partition(log)
     return log, records
 
@@ -248,9 +247,7 @@ def test_held_records_survive_a_restart_a_split_and_a_merge(
     # Each leg stops with records held (the log's last records of one topic wait for the
     # other's); the next leg starts from the checkpoint, or from one rescaled to another
     # factor, and must place them where one pass would.
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
+    rng = seeded()
     log = new_log(tmp_path / "log")
     records = produce(log, rng, 40, 0)
     first = run(spark, log, tmp_path / "a", 7, max_task_idle_ms=LONG)
@@ -280,10 +277,9 @@ def test_when_the_wait_is_over_a_timer_releases_what_is_held_without_new_records
 ) -> None:
     # No end markers: each task's last records wait for a partition that delivers nothing
     # more, until the wait (1 s) is over and the task's timer releases them, counted.
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    rng = seeded()
     log = new_log(tmp_path / "log")
-    records = produce(log, random.Random(seed), 60, 0)
+    records = produce(log, rng, 60, 0)
     clicks = reference(records)
     metrics = run(spark, log, tmp_path / "run", None, rows=len(clicks), max_task_idle_ms=1_000)
     got = {tuple(r) for r in enriched(spark, tmp_path / "run").collect()}
@@ -299,9 +295,7 @@ def test_a_bootstrap_stream_is_read_to_its_end_before_any_other_record(
     # Every profile update is in the log before the query starts but stamped later than
     # every click: in time order alone each click would come first and find no profile.
     # Read first as a bootstrap stream, the profiles are all applied before any click.
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
+    rng = seeded()
     log = new_log(tmp_path / "log")
     latest: dict[str, str] = {}
     with log.producer("profiles") as profiles:
