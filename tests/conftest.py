@@ -139,8 +139,9 @@ class InProcess:
             if process.alive:
                 self.supervisor.heartbeat(process.container_id)
 
-    def report(self, container_id: str, batch: int = 0, lag: int = 0) -> None:
-        """A container reports a committed batch over its tasks (offset ``batch``)."""
+    def report(self, container_id: str, batch: int = 0, lag: int = 0, enforced: int = 0) -> None:
+        """A container reports a committed batch over its tasks (offset ``batch``), in which
+        they processed ``enforced`` records without waiting."""
         mine = next(c for c in self.supervisor.model.containers if c.container_id == container_id)
         self.supervisor.progress(
             ProgressReport(
@@ -153,6 +154,7 @@ class InProcess:
                     TaskProgress(t, {"clicks": {int(t.split()[1].split("_")[0]): batch}}, lag)
                     for t in mine.tasks
                 ),
+                enforced,
             )
         )
 
@@ -172,6 +174,7 @@ def in_process(tmp_path: Path) -> Iterator[InProcess]:
 
     def make(
         stateful: bool = False,
+        time_ordered: bool = False,
         containers: int = 2,
         url: str = "http://127.0.0.1:9",
         **options: Any,
@@ -184,6 +187,7 @@ def in_process(tmp_path: Path) -> Iterator[InProcess]:
             FAKE_TASKS,
             str(tmp_path / "cp"),
             stateful=stateful,
+            time_ordered=time_ordered,
         )
         return Supervisor(
             job,

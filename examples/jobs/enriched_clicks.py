@@ -16,13 +16,16 @@ click time, not whatever the micro-batch happened to hold. Paths come from
     spark-elastic log produce $ENRICH_ROOT/log clicks --generate 20000 --keys 50
     spark-elastic job run examples/jobs/enriched_clicks.py:job --containers 2
 
-Within a micro-batch only, as written: a task does not hold records back
-until its other partition catches up in time (Kafka Streams'
-``max.task.idle.ms`` 0); ``Job(..., max_task_idle_ms=...)`` makes it
-(docs/stateful.md; ``tests/runtime/test_exactly_once.py`` runs this
-processor so in a job, ``tests/state/test_hold_back.py`` in a query). The coordinator
-and each container import this file, so it must build the job without side
-effects: no Spark, no I/O.
+Across micro-batches too: a task holds back the records it cannot yet place
+in time, because its other partition has nothing at or past their time yet,
+until that partition catches up or has been idle for ``ENRICH_IDLE_MS``
+(default 5000; Kafka Streams' ``max.task.idle.ms``). What it released without
+waiting shows on the status page and in ``job status`` ("processed without
+waiting"); ``ENRICH_IDLE_MS=0`` enriches within each micro-batch only
+(docs/stateful.md). ``tests/runtime/test_job_run_in_time.py`` runs this job
+through a failover and a move, ``tests/state/test_hold_back.py`` its processor
+in a query. The coordinator and each container import this file, so it must
+build the job without side effects: no Spark, no I/O.
 """
 
 from __future__ import annotations
@@ -73,4 +76,5 @@ job = Job(
     checkpoint_root=f"{ROOT}/checkpoints",
     sink=ParquetSink(f"{ROOT}/out"),
     processor=Enrich(),
+    max_task_idle_ms=int(os.environ.get("ENRICH_IDLE_MS", "5000")),
 )

@@ -344,6 +344,7 @@ def _run(args: argparse.Namespace) -> int:
         str(root),
         job.grouper,
         stateful=job.processor is not None,
+        time_ordered=job.time_ordered,
     )
     autoscaler = _autoscaler_options(args, len(shape.tasks))
     container_env = {
@@ -549,5 +550,7 @@ def _status(args: argparse.Namespace) -> int:
         print("  ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items())))
     lag = status["inputLag"]
     print(f"  input lag: {'unknown' if lag is None else f'{lag} records'}")
+    if status.get("recordsEnforced") is not None:
+        print(f"  records processed without waiting (enforced): {status['recordsEnforced']}")
     sys.stdout.flush()
     return 0

@@ -1065,6 +1065,15 @@ class Job:
         """Whether the job keeps keyed state (it has a processor)."""
         return self.processor is not None
 
+    @property
+    def time_ordered(self) -> bool:
+        """Whether its stateful tasks merge their partitions by timestamp: ``order`` is
+        ``"timestamp"``, or ``None`` with several input topics. Only such tasks count
+        records processed without waiting (``records_enforced``)."""
+        return self.processor is not None and (
+            self.order == "timestamp" or (self.order is None and len(self.input.topics) > 1)
+        )
+
     def plan(self, partitions: Mapping[str, int]) -> JobPlan:
         """The job's plan for the given partition counts.
 

@@ -523,6 +523,10 @@ class ProgressReport:
         is ``records_read / records_processed``.
     tasks
         Per-task committed offsets and lag.
+    records_enforced
+        Records its time-ordered tasks processed in the batch without waiting
+        for another of their partitions to catch up in time (Kafka Streams'
+        ``enforced-processing``); 0 for other jobs.
     """
 
     container_id: str
@@ -531,9 +535,18 @@ class ProgressReport:
     records_read: int
     records_processed: int
     tasks: tuple[TaskProgress, ...] = field(default=())
+    records_enforced: int = 0
 
     _KEYS: ClassVar[frozenset[str]] = frozenset(
-        {"containerId", "generation", "batchId", "recordsRead", "recordsProcessed", "tasks"}
+        {
+            "containerId",
+            "generation",
+            "batchId",
+            "recordsRead",
+            "recordsProcessed",
+            "tasks",
+            "recordsEnforced",
+        }
     )
 
     def to_json(self) -> dict[str, Any]:
@@ -545,6 +558,7 @@ class ProgressReport:
             "recordsRead": self.records_read,
             "recordsProcessed": self.records_processed,
             "tasks": [t.to_json() for t in self.tasks],
+            "recordsEnforced": self.records_enforced,
         }
 
     @classmethod
@@ -559,4 +573,8 @@ class ProgressReport:
             _non_negative(_field(doc, "recordsRead", int, where), where),
             _non_negative(_field(doc, "recordsProcessed", int, where), where),
             tuple(TaskProgress.from_json(t, f"{where}.tasks[{i}]") for i, t in enumerate(tasks)),
+            # Optional: a container of an earlier version does not send it.
+            _non_negative(_field(doc, "recordsEnforced", int, where), where)
+            if "recordsEnforced" in doc
+            else 0,
         )

@@ -142,39 +142,34 @@ class RunningJob:
             launcher.kill(pid, container_id, signal.SIGKILL)
 
 
-def output_rows(out: Path) -> list[tuple[str, int, int, int]]:
-    """Rows of every completed batch directory (those with Spark's _SUCCESS marker), sorted.
+def published_rows(
+    out: Path, columns: tuple[str, ...], container: str = "*"
+) -> list[tuple[Any, ...]]:
+    """``columns`` of every row of every completed batch directory (those with Spark's
+    ``_SUCCESS`` marker) of ``container`` (all by default).
 
     A list, not a set: a record whose output was published twice shows twice, and the
-    stories compare it with :func:`key_ordered_counts` row for row (exactly-once output).
+    stories compare it with a single pass row for row (exactly-once output).
     """
     import pyarrow.parquet as pq
 
-    rows: list[tuple[str, int, int, int]] = []
-    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
+    rows: list[tuple[Any, ...]] = []
+    for success in out.glob(f"container={container}/generation=*/batch=*/_SUCCESS"):
         with contextlib.suppress(FileNotFoundError):  # overwritten by a retried batch meanwhile
             table = pq.read_table(success.parent).to_pydict()
-            rows.extend(
-                zip(
-                    table["user"], table["clicks"], table["partition"], table["offset"], strict=True
-                )
-            )
-    return sorted(rows)
+            rows.extend(zip(*(table[c] for c in columns), strict=True))
+    return rows
+
+
+def output_rows(out: Path) -> list[tuple[str, int, int, int]]:
+    """``(user, clicks, partition, offset)`` of every row :data:`JOB` published, sorted
+    (see :func:`published_rows`); compared with :func:`key_ordered_counts`."""
+    return sorted(published_rows(out, ("user", "clicks", "partition", "offset")))
 
 
 def tagged_rows(out: Path) -> list[tuple[str, int, int, str]]:
-    """``(user, partition, offset, task)`` of every row :data:`TASKS_JOB` published.
-
-    A list: a record published twice shows twice.
-    """
-    import pyarrow.parquet as pq
-
-    rows: list[tuple[str, int, int, str]] = []
-    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
-        with contextlib.suppress(FileNotFoundError):
-            t = pq.read_table(success.parent).to_pydict()
-            rows.extend(zip(t["user"], t["partition"], t["offset"], t["task"], strict=True))
-    return rows
+    """``(user, partition, offset, task)`` of every row :data:`TASKS_JOB` published."""
+    return published_rows(out, ("user", "partition", "offset", "task"))
 
 
 def produce(log: EmbeddedLog, start: int, count: int) -> None:

@@ -117,7 +117,7 @@ def run_generation(
 ) -> None:
     """Run one container generation's query: to its death, to ``until``, or to the end."""
     plan = grown_plan(job.grouper, 4 if mine.tasks == FACTOR_4 else 2, partitions, partitions)
-    starts = _prepare_checkpoint(mine, plan, job.stateful, spark)
+    starts = _prepare_checkpoint(mine, plan, job.stateful, spark, reopen=job.holds_back)
     quiet = _fence_published(job, plan, mine)
     settings = ContainerSettings(mine.container_id, "http://127.0.0.1:1", "unused")
     query = _start_query(spark, job, plan, mine, lease(), settings, starts, quiet=quiet)

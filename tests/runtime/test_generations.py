@@ -63,6 +63,28 @@ def test_a_fork_keeps_the_committed_prefix_only(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*forking"))
 
 
+def test_a_reopened_fork_leaves_its_last_commit_behind_to_run_that_batch_again(
+    tmp_path: Path,
+) -> None:
+    # A holding job's fork: a query whose last batch is committed would run no batch until
+    # new records came, and the idle waits of what its tasks hold would never end.
+    make_layout(tmp_path / "old")
+    result = fork_committed(tmp_path / "old", tmp_path / "new", reopen_last=True)
+    assert result.last_committed == 2
+    assert files(tmp_path / "old") - files(tmp_path / "new") == {
+        "commits/2",
+        "offsets/3",
+        "offsets/.3.crc",
+        "state/0/0/4.zip",
+        "state/0/1/4.zip",
+        "state/0/0/4.changelog",
+        "state/0/_metadata/v2/3",
+        "state/0/_stateSchema/default/3_bb",
+        "_spark_elastic/owner.lock",
+    }
+    assert last_committed_batch(tmp_path / "new") == 1
+
+
 def test_a_fork_never_overwrites_and_needs_a_checkpoint(tmp_path: Path) -> None:
     make_layout(tmp_path / "old")
     (tmp_path / "new").mkdir()

@@ -119,9 +119,14 @@ def test_registration_and_progress_round_trip() -> None:
     registration = Registration("clicks-c1", 4242, "local-1700")
     assert Registration.from_json(registration.to_json()) == registration
     report = ProgressReport(
-        "clicks-c1", 1, 12, 100, 50, (TaskProgress("Partition 0_0_2", {"clicks": {0: 88}}, 4),)
+        "clicks-c1", 1, 12, 100, 50, (TaskProgress("Partition 0_0_2", {"clicks": {0: 88}}, 4),), 7
     )
     assert ProgressReport.from_json(report.to_json()) == report
+    # A container of an earlier version says nothing of records processed without waiting.
+    earlier = {k: v for k, v in report.to_json().items() if k != "recordsEnforced"}
+    assert ProgressReport.from_json(earlier).records_enforced == 0
+    with pytest.raises(ProtocolError, match="non-negative integer, found -1"):
+        ProgressReport.from_json({**report.to_json(), "recordsEnforced": -1})
 
 
 def test_progress_offsets_must_be_numbers() -> None:

@@ -35,14 +35,17 @@ def example_processor() -> TaskProcessor:
     return job.processor
 
 
-def produce(log: EmbeddedLog, rng: random.Random, count: int, first: int) -> list[Record]:
+def produce(
+    log: EmbeddedLog, rng: random.Random, count: int, first: int, only: str | None = None
+) -> list[Record]:
     """``count`` clicks and profile updates of 8 users, 10 ms apart from ``first``; profile
-    updates come in runs, so a batch often holds one topic's records only."""
+    updates come in runs, so a batch often holds one topic's records only. ``only``: that
+    topic's records alone (the other stream runs dry)."""
     records = []
     with log.producer("clicks") as clicks, log.producer("profiles") as profiles:
-        topic = "clicks"
+        topic = only or "clicks"
         for i in range(first, first + count):
-            if rng.random() < 0.25:
+            if only is None and rng.random() < 0.25:
                 topic = "profiles" if topic == "clicks" else "clicks"
             user, time = f"u{rng.randrange(8)}", START + 10 * i
             value = f"p{i}" if topic == "profiles" else "click"

@@ -67,7 +67,7 @@ def _fence_published(job: Job, plan: JobPlan, mine: ContainerModel) -> list[Fenc
 
 
 def _prepare_checkpoint(
-    mine: ContainerModel, plan: JobPlan, stateful: bool, spark: SparkSession
+    mine: ContainerModel, plan: JobPlan, stateful: bool, spark: SparkSession, reopen: bool = False
 ) -> dict[str, dict[str, int]] | None:
     """Set up this generation from its predecessors, once; the starting offsets, if any.
 
@@ -84,6 +84,12 @@ def _prepare_checkpoint(
     tasks: records read again publish nothing with a transactional sink, see
     :func:`_fence_published`), and the earliest offset for a partition
     none of them read (a new one, after growth).
+
+    ``reopen`` (a job whose tasks hold records back): a fork runs its last
+    committed batch again (``fork_committed``'s ``reopen_last``), so that its
+    query goes on running batches without new records and the idle waits of
+    the records its tasks hold end. The other ways start a new query, whose
+    first batch runs at once.
     """
     target = Path(mine.checkpoint)
     if target.exists() or not mine.sources:
@@ -104,10 +110,11 @@ def _prepare_checkpoint(
         _log(f"starting from the offsets {len(mine.sources)} predecessors committed: {starts}")
         return starts
     if len(mine.sources) == 1 and _runs_exactly(mine.sources[0], plan, mine.tasks):
-        result = fork_committed(mine.sources[0], target)
+        result = fork_committed(mine.sources[0], target, reopen_last=reopen)
         _log(
             f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
             f"({result.files} files, {result.bytes} bytes)"
+            + (", to run that batch again" if reopen and result.last_committed >= 0 else "")
         )
         return _rescaled_starts(target, plan, mine)
     snapshot = take_snapshot(target, mine.sources)

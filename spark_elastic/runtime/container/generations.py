@@ -13,7 +13,8 @@ What is copied, for last committed batch ``N``:
 
 - ``metadata`` (the query id) and ``sources/``;
 - ``offsets/0..N`` and ``commits/0..N`` (an uncommitted ``offsets/N+1`` is
-  left behind: the fork plans that batch afresh);
+  left behind: the fork plans that batch afresh); with ``reopen_last``,
+  ``commits/0..N-1``, so that the fork runs batch ``N`` again;
 - ``state/``: per state partition, versions ``<= N + 1`` (state version
   ``v`` is the state after batch ``v - 1``), every SST file, and the
   operator metadata and state schemas of batches ``<= N``;
@@ -104,14 +105,15 @@ def _link_or_copy(path: Path, out: Path) -> None:
         shutil.copy2(path, out)
 
 
-def _keep(relative: Path, last: int) -> bool:
-    """Whether a file of the source belongs to the committed prefix."""
+def _keep(relative: Path, last: int, reopen: bool = False) -> bool:
+    """Whether a file of the source belongs to the committed prefix (without the last
+    batch's commit if ``reopen``)."""
     parts = relative.parts
     name = parts[-1]
     top = parts[0]
     if top in ("offsets", "commits"):
         number = _number(name)
-        return number is not None and number <= last
+        return number is not None and number <= (last - 1 if reopen and top == "commits" else last)
     if top == ELASTIC_DIR:
         return parts[1:] in ((JOB_FILE,), (FENCES_FILE,)) or (
             len(parts) > 2 and parts[1] == SEED_DIR
@@ -129,7 +131,11 @@ def _keep(relative: Path, last: int) -> bool:
 
 
 def fork_committed(
-    source: str | os.PathLike[str], target: str | os.PathLike[str], *, live: bool = False
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    live: bool = False,
+    reopen_last: bool = False,
 ) -> ForkResult:
     """Make ``target`` a checkpoint that resumes where ``source`` last committed.
 
@@ -144,6 +150,13 @@ def fork_committed(
         state files it deletes meanwhile are skipped. Its maintenance
         deletes only versions far below the last commit and SST files no
         retained version uses, never what the committed prefix needs.
+    reopen_last
+        Leave the last committed batch's commit behind, so that the fork's
+        query runs that batch again (its output fenced by what the sink
+        published, as after a crash before the commit). A query whose last
+        batch is committed runs none until new records arrive: Spark plans a
+        batch without new data only after a batch of the same run. Processing-
+        time timers (a holding job's idle waits) need those batches.
 
     Returns
     -------
@@ -172,7 +185,7 @@ def fork_committed(
             if not path.is_file():
                 continue
             relative = path.relative_to(src)
-            if not _keep(relative, last):
+            if not _keep(relative, last, reopen_last):
                 continue
             out = staging / relative
             out.parent.mkdir(parents=True, exist_ok=True)

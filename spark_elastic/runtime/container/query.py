@@ -378,7 +378,9 @@ def build_report(
             lag += max(int(end[ssp.partition]) - committed, 0) if ssp.partition in end else 0
         tasks.append(TaskProgress(name, own, lag))
     read = _metric(progress, READ_METRIC, "read")
+    enforced = 0
     if job.processor is not None:
+        enforced = _metric(progress, "spark_elastic", "records_enforced")
         processed = _metric(progress, "spark_elastic", "records_processed") + _metric(
             progress, "spark_elastic", "records_skipped"
         )
@@ -391,6 +393,7 @@ def build_report(
         read,
         processed,
         tuple(tasks),
+        enforced,
     )
 
 

@@ -184,7 +184,9 @@ def _run_container(
     else:
         if spark is None:
             spark = _job_session(job, module, settings)
-        starts = _prepare_checkpoint(mine, plan, job.processor is not None, spark)
+        starts = _prepare_checkpoint(
+            mine, plan, job.processor is not None, spark, reopen=job.holds_back
+        )
         quiet = _fence_published(job, plan, mine)
         query = _start_query(spark, job, plan, mine, lease, settings, starts, quiet=quiet)
         started.append(query)

@@ -19,6 +19,7 @@ Tables::
     events(id, at, kind, container, detail)
     progress(container, task, batch, offsets, lag, at)
     throughput(container, batch, records_read, records_processed, at)
+    enforced(container, total)  records processed without waiting (time order)
 
 One coordinator per store: :meth:`Store.claim` takes an exclusive
 ``flock`` on ``<store>.owner`` (released when the process exits, however it
@@ -67,6 +68,8 @@ CREATE TABLE IF NOT EXISTS throughput (
     container TEXT PRIMARY KEY, batch INTEGER NOT NULL, records_read INTEGER NOT NULL,
     records_processed INTEGER NOT NULL, total_read INTEGER NOT NULL,
     total_processed INTEGER NOT NULL, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS enforced (
+    container TEXT PRIMARY KEY, total INTEGER NOT NULL);
 """
 
 LIVE_STATES = ("launching", "warm", "running")
@@ -457,6 +460,12 @@ class Store:
                     now,
                 ),
             )
+            if report.records_enforced:
+                db.execute(
+                    "INSERT INTO enforced (container, total) VALUES (?, ?)"
+                    " ON CONFLICT(container) DO UPDATE SET total = total + excluded.total",
+                    (report.container_id, report.records_enforced),
+                )
 
     def progress(self) -> dict[str, dict[str, Any]]:
         """``{task: {container, batch, offsets, lag, at}}``: each task's latest report."""
@@ -480,3 +489,8 @@ class Store:
             "SELECT container, batch, total_read, total_processed FROM throughput"
         ).fetchall()
         return {r[0]: {"batch": r[1], "totalRead": r[2], "totalProcessed": r[3]} for r in rows}
+
+    def enforced(self) -> dict[str, int]:
+        """``{container: records its tasks processed without waiting}``, of every container
+        that reported any (ended ones too: the job's total is their sum)."""
+        return dict(self._db.execute("SELECT container, total FROM enforced").fetchall())

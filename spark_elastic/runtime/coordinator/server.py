@@ -249,12 +249,20 @@ class _Metrics:
             ["container"],
             registry=r,
         )
+        self.enforced = Gauge(
+            "spark_elastic_records_enforced",
+            "Records time-ordered tasks processed without waiting for their other partitions"
+            " (Kafka Streams' enforced-processing-total), over the job's containers",
+            registry=r,
+        )
 
     def refresh(self, status: dict[str, Any]) -> None:
         self.model_version.set(status["jobModelVersion"])
         for mode in ("off", "on", "pinned"):
             self.autoscaler_mode.labels(mode).set(int(status["autoscaler"]["mode"] == mode))
         self.partition_change_refused.set(1 if status["partitionMonitor"]["refused"] else 0)
+        if status.get("recordsEnforced") is not None:
+            self.enforced.set(status["recordsEnforced"])
         states: dict[str, int] = {}
         for c in status["containers"]:
             states[c["state"]] = states.get(c["state"], 0) + 1
@@ -676,7 +684,12 @@ def _job_line(status: dict[str, Any]) -> str:
     if state["state"] != "running" and state["why"]:
         line += f": {e(state['why'])}"
     lag = status["inputLag"]
-    line += f". Input lag: {'unknown' if lag is None else f'{lag:,} records'}.</p>"
+    line += f". Input lag: {'unknown' if lag is None else f'{lag:,} records'}."
+    enforced = status.get("recordsEnforced")
+    if enforced is not None:
+        # Kafka Streams' enforced-processing: placed in time without their other partitions.
+        line += f" Records processed without waiting (enforced): {enforced:,}."
+    line += "</p>"
     change = status["change"]
     if change is not None:
         deadline = (

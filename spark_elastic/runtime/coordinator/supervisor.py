@@ -150,6 +150,9 @@ class JobShape:
         The job's grouper name.
     stateful
         Whether the job keeps keyed state (a ``TaskProcessor``).
+    time_ordered
+        Whether its tasks merge their partitions by timestamp (``Job.time_ordered``):
+        then the status shows the records they processed without waiting.
     """
 
     name: str
@@ -160,6 +163,7 @@ class JobShape:
     checkpoint_root: str
     grouper: str = "partition"
     stateful: bool = False
+    time_ordered: bool = False
 
     def checkpoint_of(self, generation: int, container_id: str) -> str:
         """Where a generation keeps its checkpoint.
@@ -2008,10 +2012,14 @@ class Supervisor:
             ``jobState`` (running, stopped or failed, and why), ``change``
             (the change in flight: phase, deadline, whether it can be
             cancelled), ``inputLag`` (records not yet read, each once; None
-            while any task's is unknown) and ``events``.
+            while any task's is unknown), ``recordsEnforced`` (records the
+            job's time-ordered tasks processed without waiting for their
+            other partitions, over all its containers; None unless its tasks
+            merge by timestamp) and ``events``.
         """
         now = self.clock()
         throughput = self.store.throughput()
+        enforced = self.store.enforced()
         containers = []
         for record in sorted(self._records.values(), key=lambda r: r.generation):
             live = self._live.get(record.id)
@@ -2041,6 +2049,7 @@ class Supervisor:
                     "recordsRead": read,
                     "recordsProcessed": processed,
                     "readAmplification": round(read / processed, 3) if processed else None,
+                    "recordsEnforced": enforced.get(record.id, 0),
                     "lastBatch": counts.get("batch"),
                     "recordsPerS": None if live is None else self._rate(record.id, now),
                 }
@@ -2064,6 +2073,7 @@ class Supervisor:
             "jobModelVersion": self.model.version,
             "change": self._change_status(),
             "inputLag": input_lag(lags, self._partitions_of(progress)),
+            "recordsEnforced": sum(enforced.values()) if self.shape.time_ordered else None,
             "move": self._move_status(),
             "elasticityFactor": self.model.elasticity_factor,
             "partitions": dict(self.model.partitions),
