@@ -46,12 +46,15 @@ def enriched(out: Path, container: str = "*") -> list[tuple[str, int, int, str]]
 
 
 def read_to_the_end(job: RunningJob, container: str, ends: dict[int, int]) -> bool:
-    """Whether ``container``'s tasks committed the clicks' partitions up to ``ends``."""
+    """Whether ``container``'s tasks committed the clicks' partitions up to ``ends``: each
+    of them has reported a commit (a container that never committed has no checkpoint to
+    fork, and its tasks no offsets)."""
     tasks = [t for t in job.status()["tasks"] if t["container"] == container]
-    return bool(tasks) and all(
-        int(offset) >= ends[int(p)]
-        for t in tasks
-        for p, offset in t["offsets"].get("clicks", {}).items()
+    read = [t["offsets"].get("clicks", {}) for t in tasks]
+    return (
+        bool(read)
+        and all(read)
+        and all(int(offset) >= ends[int(p)] for r in read for p, offset in r.items())
     )
 
 
@@ -69,14 +72,17 @@ def test_a_job_holding_records_back_in_time_order_fails_over_and_moves_each_clic
     out = clicks / "out"
     wait_until("a first batch published", lambda: enriched(out), APPLY_DEADLINE_S)
 
-    # The profiles run dry: the clicks after them wait for the profiles' partitions, which
-    # have nothing later, until the idle time (20 s) passes. A container is killed once its
-    # tasks have read (and committed) those clicks, so it dies holding them.
+    # Every task's profiles deliver (a record of a key of no user's) and then run dry: the
+    # clicks after them wait for the profiles' partitions, which have nothing later, until
+    # the idle time (20 s) passes. A container is killed once its tasks have read (and
+    # committed) those clicks, so it dies holding them. (Without the profiles' last
+    # delivery, a partition idle since the start would let the clicks go on at once.)
     victim, victim_pid = min(running.items())
     victim_tasks = next(
         c["tasks"] for c in job.job_model()["containers"] if c["containerId"] == victim
     )
-    dry = enrichment.produce(log, rng, 30, 150, only="clicks")
+    enrichment.every_task(log, 2, "~awake", enrichment.START + 10 * 150, ("profiles",))
+    dry = enrichment.produce(log, rng, 30, 151, only="clicks")
     records += dry
     ends = log.end_offsets("clicks")
     wait_until(
@@ -108,7 +114,7 @@ def test_a_job_holding_records_back_in_time_order_fails_over_and_moves_each_clic
     assert (job.status()["recordsEnforced"] or 0) > 0
     status = run_cli("job", "status", job.url)
     assert "records processed without waiting (enforced): " in status.stdout, status.stdout
-    records += enrichment.produce(log, rng, 150, 180)
+    records += enrichment.produce(log, rng, 150, 181)
     wait_until(
         "the new container running",
         lambda: successor in job.running_containers(),
@@ -119,13 +125,13 @@ def test_a_job_holding_records_back_in_time_order_fails_over_and_moves_each_clic
     # state (held records included) from the old owners, which go on until they hand over.
     scaled = run_cli("job", "scale", job.url, "--containers", "3")
     assert scaled.returncode == 0, scaled.stderr
-    records += enrichment.produce(log, rng, 150, 330)
+    records += enrichment.produce(log, rng, 150, 331)
     wait_until(
         "three containers, the move done",
         lambda: (m := job.job_model())["warmups"] == [] and len(m["containers"]) == 3,
         CHANGE_DEADLINE_S,
     )
-    records += enrichment.produce(log, rng, 150, 480)
+    records += enrichment.produce(log, rng, 150, 481)
     enrichment.end_every_task(log, 2)
 
     expected = sorted(enrichment.reference(records))

@@ -92,14 +92,22 @@ def end_every_task(log: EmbeddedLog, factor: int) -> None:
     """One record later than any other for every key bucket (at ``factor``, and so at its
     divisors) of every partition of both topics: a task at those factors holds nothing real
     back once it has read them (its keys are ``~end...``)."""
+    every_task(log, factor, "~end", START + 10**9, ("clicks", "profiles"))
+
+
+def every_task(
+    log: EmbeddedLog, factor: int, prefix: str, time: int, topics: tuple[str, ...]
+) -> None:
+    """One record at ``time`` for every key bucket (at ``factor``, and so at its divisors) of
+    every partition of ``topics``, keyed ``<prefix><n>`` (no user's key)."""
     from spark_elastic.dataplane.buckets import bucket_of_key
 
     keys: dict[int, str] = {}
     for i in range(10 * factor):
-        keys.setdefault(bucket_of_key(f"~end{i}".encode(), factor), f"~end{i}")
+        keys.setdefault(bucket_of_key(f"{prefix}{i}".encode(), factor), f"{prefix}{i}")
     assert len(keys) == factor, keys
-    for topic in ("clicks", "profiles"):
+    for topic in topics:
         with log.producer(topic) as producer:
             for partition in range(PARTITIONS):
                 for key in keys.values():
-                    producer.send(key, "end", START + 10**9, partition=partition)
+                    producer.send(key, "end", time, partition=partition)
