@@ -33,6 +33,17 @@ LAYOUT = [
 ]
 
 
+AFTER_BATCH_2 = {
+    "state/0/0/4.zip",  # the state after batch 3, and batch 3's state metadata
+    "state/0/1/4.zip",
+    "state/0/0/4.changelog",
+    "state/0/_metadata/v2/3",
+    "state/0/_stateSchema/default/3_bb",
+    "_spark_elastic/owner.lock",  # the old owner's, never the new one's
+}
+"""What a fork of :data:`LAYOUT` (last committed batch 2) never copies."""
+
+
 def make_layout(root: Path) -> None:
     for name in LAYOUT:
         path = root / name
@@ -63,26 +74,42 @@ def test_a_fork_keeps_the_committed_prefix_only(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*forking"))
 
 
-def test_a_reopened_fork_leaves_its_last_commit_behind_to_run_that_batch_again(
+def test_a_reopened_fork_runs_the_batch_its_source_planned_and_never_committed(
     tmp_path: Path,
 ) -> None:
-    # A holding job's fork: a query whose last batch is committed would run no batch until
-    # new records came, and the idle waits of what its tasks hold would never end.
+    # A holding job's fork: its query must run a batch at once (Spark plans batches without
+    # new records only after a batch of the same run), or the idle waits of what its tasks
+    # hold would never end. The in-flight batch is the one Spark itself would run again.
     make_layout(tmp_path / "old")
     result = fork_committed(tmp_path / "old", tmp_path / "new", reopen_last=True)
     assert result.last_committed == 2
+    assert files(tmp_path / "old") - files(tmp_path / "new") == AFTER_BATCH_2
+    assert last_committed_batch(tmp_path / "new") == 2
+
+
+def test_a_reopened_fork_of_a_source_with_all_committed_leaves_its_last_commit_behind(
+    tmp_path: Path,
+) -> None:
+    make_layout(tmp_path / "old")
+    for name in ("offsets/3", "offsets/.3.crc"):
+        (tmp_path / "old" / name).unlink()
+    result = fork_committed(tmp_path / "old", tmp_path / "new", reopen_last=True)
+    assert result.last_committed == 2
     assert files(tmp_path / "old") - files(tmp_path / "new") == {
-        "commits/2",
-        "offsets/3",
-        "offsets/.3.crc",
-        "state/0/0/4.zip",
-        "state/0/1/4.zip",
-        "state/0/0/4.changelog",
-        "state/0/_metadata/v2/3",
-        "state/0/_stateSchema/default/3_bb",
-        "_spark_elastic/owner.lock",
+        "commits/2",  # batch 2 runs again
+        *AFTER_BATCH_2,
     }
     assert last_committed_batch(tmp_path / "new") == 1
+
+    # Its successor died before committing (a failure at start): the next fork runs the
+    # same batch again, it does not walk back one batch per fork.
+    again = fork_committed(tmp_path / "new", tmp_path / "newer", reopen_last=True)
+    assert again.last_committed == 1
+    assert files(tmp_path / "new") - files(tmp_path / "newer") == {
+        "state/0/0/3.zip",  # state after batch 2, which runs again from the state after 1
+        "state/0/1/3.zip",
+    }
+    assert last_committed_batch(tmp_path / "newer") == 1
 
 
 def test_a_fork_never_overwrites_and_needs_a_checkpoint(tmp_path: Path) -> None:

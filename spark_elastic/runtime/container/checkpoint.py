@@ -85,11 +85,11 @@ def _prepare_checkpoint(
     :func:`_fence_published`), and the earliest offset for a partition
     none of them read (a new one, after growth).
 
-    ``reopen`` (a job whose tasks hold records back): a fork runs its last
-    committed batch again (``fork_committed``'s ``reopen_last``), so that its
-    query goes on running batches without new records and the idle waits of
-    the records its tasks hold end. The other ways start a new query, whose
-    first batch runs at once.
+    ``reopen`` (a job whose tasks hold records back): a fork runs its
+    predecessor's last planned batch again (``fork_committed``'s
+    ``reopen_last``), so that its query goes on running batches without new
+    records and the idle waits of the records its tasks hold end. The other
+    ways start a new query, whose first batch runs at once.
     """
     target = Path(mine.checkpoint)
     if target.exists() or not mine.sources:
@@ -114,7 +114,7 @@ def _prepare_checkpoint(
         _log(
             f"forked {mine.sources[0]} at batch {result.last_committed} into {target} "
             f"({result.files} files, {result.bytes} bytes)"
-            + (", to run that batch again" if reopen and result.last_committed >= 0 else "")
+            + (", to run its last batch again" if reopen and result.last_committed >= 0 else "")
         )
         return _rescaled_starts(target, plan, mine)
     snapshot = take_snapshot(target, mine.sources)

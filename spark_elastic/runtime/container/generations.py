@@ -13,8 +13,11 @@ What is copied, for last committed batch ``N``:
 
 - ``metadata`` (the query id) and ``sources/``;
 - ``offsets/0..N`` and ``commits/0..N`` (an uncommitted ``offsets/N+1`` is
-  left behind: the fork plans that batch afresh); with ``reopen_last``,
-  ``commits/0..N-1``, so that the fork runs batch ``N`` again;
+  left behind: the fork plans that batch afresh); with ``reopen_last``, the
+  fork runs the source's last planned batch again: its uncommitted
+  ``offsets/N+1`` is kept, and if it has none, ``commits/N`` is left behind
+  (so a fork of a reopened fork that never committed runs the same batch, it
+  does not walk back one batch per fork);
 - ``state/``: per state partition, versions ``<= N + 1`` (state version
   ``v`` is the state after batch ``v - 1``), every SST file, and the
   operator metadata and state schemas of batches ``<= N``;
@@ -105,15 +108,28 @@ def _link_or_copy(path: Path, out: Path) -> None:
         shutil.copy2(path, out)
 
 
-def _keep(relative: Path, last: int, reopen: bool = False) -> bool:
-    """Whether a file of the source belongs to the committed prefix (without the last
-    batch's commit if ``reopen``)."""
+def _rerun(source: Path, last: int) -> int:
+    """The batch a reopened fork of ``source`` (last committed ``last``) runs again: the
+    one it planned and never committed, else its last committed one."""
+    planned = [
+        n for n in _committed_batches(source / "offsets") if (source / "offsets" / str(n)).is_file()
+    ]
+    return last + 1 if planned and planned[-1] > last else last
+
+
+def _keep(relative: Path, last: int, rerun: int | None = None) -> bool:
+    """Whether a file of the source belongs to the committed prefix (planned up to batch
+    ``rerun`` and committed below it, if given)."""
     parts = relative.parts
     name = parts[-1]
     top = parts[0]
     if top in ("offsets", "commits"):
         number = _number(name)
-        return number is not None and number <= (last - 1 if reopen and top == "commits" else last)
+        if number is None:
+            return False
+        if rerun is None:
+            return number <= last
+        return number <= (rerun if top == "offsets" else rerun - 1)
     if top == ELASTIC_DIR:
         return parts[1:] in ((JOB_FILE,), (FENCES_FILE,)) or (
             len(parts) > 2 and parts[1] == SEED_DIR
@@ -151,8 +167,9 @@ def fork_committed(
         deletes only versions far below the last commit and SST files no
         retained version uses, never what the committed prefix needs.
     reopen_last
-        Leave the last committed batch's commit behind, so that the fork's
-        query runs that batch again (its output fenced by what the sink
+        Make the fork's query run the source's last planned batch again: its
+        uncommitted one, as Spark itself would, else its last committed one,
+        whose commit is left behind (its output fenced by what the sink
         published, as after a crash before the commit). A query whose last
         batch is committed runs none until new records arrive: Spark plans a
         batch without new data only after a batch of the same run. Processing-
@@ -177,6 +194,7 @@ def fork_committed(
             f"fork: target {str(dst)!r} exists already; forks go to new generations"
         )
     last = last_committed_batch(src)
+    rerun = _rerun(src, last) if reopen_last and last >= 0 else None
     staging = dst.with_name(f".{dst.name}.forking")
     shutil.rmtree(staging, ignore_errors=True)
     files = size = 0
@@ -185,7 +203,7 @@ def fork_committed(
             if not path.is_file():
                 continue
             relative = path.relative_to(src)
-            if not _keep(relative, last, reopen_last):
+            if not _keep(relative, last, rerun):
                 continue
             out = staging / relative
             out.parent.mkdir(parents=True, exist_ok=True)
