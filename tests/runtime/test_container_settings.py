@@ -7,12 +7,16 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from spark_elastic.errors import ArgumentError
 from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
-from spark_elastic.runtime.container.warmups import _heartbeating
+from spark_elastic.runtime.container.client import _Heartbeats
+from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
+
+TERMS = LeaseTerms(lease_s=2.0, margin_s=1.0, write_budget_s=1.0)
 
 BASE = {
     "EXECUTION_ENV_CONTAINER_ID": "clicks-c1",
@@ -81,15 +85,15 @@ def test_a_heartbeat_to_a_coordinator_that_never_answers_fails_at_its_timeout() 
         assert isinstance(outcome[0], OSError)
 
 
-def test_a_warm_up_heartbeats_through_a_long_step_before_it_registers() -> None:
-    # Its first snapshot may outlast the coordinator's start-up bound: a warm-up that sent
-    # nothing meanwhile was failed over, and its replacements too (bench_live, snapshot mode).
-    seen: list[str] = []
+def test_a_warm_up_says_it_caught_up_in_its_one_heartbeat_loop_at_once() -> None:
+    # One heartbeat loop per container: the warm-up's "caught up" (the handover's first
+    # phase) goes out with the next beat, sent at once rather than an interval later.
+    seen: list[tuple[float, str]] = []
 
     class Coordinator(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's hook, named by it
-            seen.append(self.path)
-            body = json.dumps({"alive": False}).encode()
+            seen.append((time.monotonic(), self.path))
+            body = json.dumps({"alive": True, "leaseMs": 60000, "jobModelVersion": 3}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -98,16 +102,34 @@ def test_a_warm_up_heartbeats_through_a_long_step_before_it_registers() -> None:
         def log_message(self, *args: object) -> None:
             pass
 
+    def wait_for(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 60
+        while not condition() and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        assert condition()
+
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Coordinator) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        client = CoordinatorClient(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
-        deadline = time.monotonic() + 60
-        with _heartbeating(client, "clicks-c3", every_s=0.05):
-            # The long step: it waits for three heartbeats, which only the helper sends.
-            while len(seen) < 3 and time.monotonic() < deadline:
-                threading.Event().wait(0.01)
-        after = len(seen)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings = ContainerSettings.from_env(
+            {**BASE, "SPARK_ELASTIC_COORDINATOR_URL": url, "SPARK_ELASTIC_HEARTBEAT_MS": "600000"}
+        )
+        beats = _Heartbeats(
+            CoordinatorClient(url, timeout_s=5), settings, ContainerLease(TERMS), threading.Event()
+        )
+        beats.start()
+        try:
+            wait_for(lambda: len(seen) == 1)  # the first beat; the next is 10 minutes away
+            told = time.monotonic()
+            beats.say_caught_up()
+            wait_for(lambda: len(seen) == 2)
+        finally:
+            beats.stop()
+            beats.join(60)
         server.shutdown()
-    assert after >= 3
-    assert all(p.startswith("/containerHeartbeat?executionContainerId=clicks-c3") for p in seen)
-    assert len(seen) == after  # none once the step is over
+    assert not beats.is_alive()
+    assert beats.model_version == 3
+    (_, plain), (at, caught_up) = seen
+    assert "caughtUp" not in plain
+    assert caught_up == "/containerHeartbeat?executionContainerId=clicks-c1&caughtUp=true"
+    assert at >= told

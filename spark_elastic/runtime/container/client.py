@@ -170,7 +170,13 @@ class CoordinatorClient:
 
 
 class _Heartbeats(threading.Thread):
-    """Samza's heartbeat loop, plus lease renewal: runs until told to stop or the container dies."""
+    """Samza's heartbeat loop, plus lease renewal: runs until told to stop or the container dies.
+
+    The container's one heartbeat loop, from its registration (before it, the
+    coordinator bounds a container's start-up from its launch, and a warm-up's
+    readiness by its change's deadline, whatever it sends). A warm-up says
+    through it that it has caught up (:meth:`say_caught_up`).
+    """
 
     def __init__(
         self,
@@ -187,13 +193,33 @@ class _Heartbeats(threading.Thread):
         self.stopping = threading.Event()
         self.model_version = 0
         self.lease_s = 0.0
+        self._caught_up = False
+        self._wake = threading.Event()
+
+    def say_caught_up(self) -> None:
+        """Say in this beat and every later one that this warm-up has caught up with its
+        stopping old owners (the handover's first phase); beats at once."""
+        if not self._caught_up:
+            self._caught_up = True
+            self._wake.set()
+
+    def stop(self) -> None:
+        """End the loop (it sends no more beats once its call in flight returns)."""
+        self.stopping.set()
+        self._wake.set()
+
+    def _pause(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
 
     def run(self) -> None:
         failures = 0
         while not self.stopping.is_set():
             sent = time.monotonic()
             try:
-                reply = self._client.heartbeat(self._settings.container_id)
+                reply = self._client.heartbeat(
+                    self._settings.container_id, caught_up=self._caught_up
+                )
             except (OSError, ValueError, ProtocolError) as exc:
                 failures += 1
                 # Samza gives up after its retries; we also wait a while past the lease's end,
@@ -208,7 +234,7 @@ class _Heartbeats(threading.Thread):
                     self._dead.set()
                     return
                 # Backoff, capped at the interval: the lease keeps running meanwhile.
-                self.stopping.wait(min(self._settings.heartbeat_s, 0.1 * 2**failures))
+                self._pause(min(self._settings.heartbeat_s, 0.1 * 2**failures))
                 continue
             failures = 0
             if not reply.alive:
@@ -219,4 +245,4 @@ class _Heartbeats(threading.Thread):
             self._lease.renew(sent, reply.lease_ms)
             self.lease_s = reply.lease_ms / 1000
             self.model_version = max(self.model_version, reply.job_model_version)
-            self.stopping.wait(self._settings.heartbeat_s)
+            self._pause(self._settings.heartbeat_s)

@@ -45,7 +45,6 @@ from spark_elastic.runtime.container.warmups import (
     _await_tasks,
     _catch_up,
     _Follower,
-    _heartbeating,
     _Replayer,
     _replays,
     _warm_up,
@@ -126,10 +125,9 @@ def _run_container(
                 return EXIT_OK if not replayer.failed() else EXIT_FENCED
         elif job.processor is not None:
             follower = _Follower(spark, job, settings.follow_s)
-            # Its first snapshot may outlast the coordinator's start-up bound on a loaded
-            # machine: unregistered and silent, it would be failed over, again and again.
-            with _heartbeating(client, settings.container_id, settings.heartbeat_s):
-                follower(first, settings.container_id)
+            # Its first snapshot may take long on a loaded machine: the coordinator bounds
+            # a warm-up's readiness by its change's deadline, not by the start-up bound.
+            follower(first, settings.container_id)
     sent = time.monotonic()
     reply = client.register(Registration(settings.container_id, os.getpid()))
     if not reply.alive:
@@ -153,18 +151,18 @@ def _run_container(
         # A replaying warm-up looks more often: its stall ends when it sees the handover.
         every_s = settings.heartbeat_s if replayer is None else min(settings.heartbeat_s, 0.2)
         awaited = _await_tasks(
-            client, settings.container_id, every_s, stop, dead, replayer or follower
+            client, settings.container_id, every_s, stop, dead, beats, replayer or follower
         )
         if awaited is None:
             if replayer is not None:
                 replayer.discard()
             drop_snapshot(warm.checkpoint)
-            beats.stopping.set()
+            beats.stop()
             return EXIT_FENCED if dead.is_set() else EXIT_OK
         model = awaited
     mine = model.container(settings.container_id)
     if mine is None:
-        beats.stopping.set()
+        beats.stop()
         _log(f"job model {model.version} has no container {settings.container_id!r}")
         return EXIT_FENCED
 
@@ -200,7 +198,7 @@ def _run_container(
         # lease while the batch in flight commits, so its records are published here
         # rather than replayed by a successor.
         _finish_batch(query, settings.shutdown_s, dead)
-    beats.stopping.set()
+    beats.stop()
     _stop_within(query, settings.shutdown_s)
     if stop.is_set() and not dead.is_set():
         # Its successor may start now rather than once this process (a JVM on its way

@@ -25,7 +25,6 @@ before it owns its tasks.
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import shutil
 import tempfile
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.errors import ProtocolError
 from spark_elastic.log.gate import read_gate, write_gate
 from spark_elastic.runtime.container.checkpoint import _rescaled_starts, published_fences
-from spark_elastic.runtime.container.client import CoordinatorClient
+from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats
 from spark_elastic.runtime.container.console import _log
 from spark_elastic.runtime.container.follow import (
     adopt_snapshot,
@@ -389,38 +388,14 @@ class _Replayer:
         drop_snapshot(self.warm.checkpoint)
 
 
-@contextlib.contextmanager
-def _heartbeating(client: CoordinatorClient, container_id: str, every_s: float) -> Iterator[None]:
-    """Heartbeat every ``every_s`` from a thread while the block runs (driver).
-
-    For a warm-up's long steps before it registers: its heartbeats keep the
-    coordinator's start-up timer from running out. A failed heartbeat is
-    retried at the next beat; the thread has stopped when the block exits.
-    """
-    done = threading.Event()
-
-    def beat() -> None:
-        while not done.wait(every_s):
-            with contextlib.suppress(OSError, ValueError, ProtocolError):
-                client.heartbeat(container_id)
-
-    thread = threading.Thread(target=beat, name="warm-up heartbeats", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-
-
 def _catch_up(
     client: CoordinatorClient, replayer: _Replayer, container_id: str, acceptable_lag: int
 ) -> bool:
     """Start the replaying query and follow until it is within ``acceptable_lag``.
 
-    Runs before the warm-up registers; it heartbeats meanwhile, which keeps
-    the coordinator's start-up timer from running out. Returns False if the
-    warm-up was removed from the model or its query ended.
+    Runs before the warm-up registers (the coordinator bounds that by its
+    change's deadline). Returns False if the warm-up was removed from the
+    model or its query ended.
     """
     while True:
         model = client.job_model()
@@ -438,8 +413,6 @@ def _catch_up(
         if replayer.failed():
             _log(f"the replaying query ended: {replayer.query.exception()}")  # type: ignore[union-attr]
             return False
-        with contextlib.suppress(OSError, ValueError, ProtocolError):
-            client.heartbeat(container_id)
         time.sleep(0.5)
 
 
@@ -449,13 +422,15 @@ def _await_tasks(
     every_s: float,
     stop: threading.Event,
     dead: threading.Event,
+    beats: _Heartbeats,
     follower: _Follower | _Replayer | None = None,
 ) -> JobModel | None:
-    """Wait, heartbeating, until the job model hands this warm-up its tasks.
+    """Wait until the job model hands this registered warm-up its tasks.
 
     Returns the model that lists it among the containers, or None if it was
     stopped, fenced, or removed from the model (the move was called off).
-    A stateful warm-up follows its old owners' state meanwhile.
+    A stateful warm-up follows its old owners' state meanwhile, and says
+    through its heartbeats (``beats``) when it has caught up with them.
     """
     while not (stop.is_set() or dead.is_set()):
         try:
@@ -473,8 +448,7 @@ def _await_tasks(
                 if follower.caught_up(model, container_id):
                     # The handover's first phase: the old owners stop once their warm-ups
                     # say this (or after a lease).
-                    with contextlib.suppress(OSError, ValueError, ProtocolError):
-                        client.heartbeat(container_id, caught_up=True)
+                    beats.say_caught_up()
             if isinstance(follower, _Replayer) and follower.failed():
                 _log(f"the replaying query ended: {follower.query.exception()}")  # type: ignore[union-attr]
                 dead.set()
