@@ -91,12 +91,13 @@ def last_committed_batch(checkpoint: str | os.PathLike[str]) -> int:
     int
         The id of the last committed micro-batch, or -1.
     """
-    batches = [
-        n
-        for n in _committed_batches(Path(checkpoint) / "commits")
-        if (Path(checkpoint) / "commits" / str(n)).is_file()
-    ]
+    batches = _logged_batches(Path(checkpoint) / "commits")
     return batches[-1] if batches else -1
+
+
+def _logged_batches(log_dir: Path) -> list[int]:
+    """The batch ids with a file of their own in ``offsets/`` or ``commits/``, in order."""
+    return [n for n in _committed_batches(log_dir) if (log_dir / str(n)).is_file()]
 
 
 def _link_or_copy(path: Path, out: Path) -> None:
@@ -111,9 +112,7 @@ def _link_or_copy(path: Path, out: Path) -> None:
 def _rerun(source: Path, last: int) -> int:
     """The batch a reopened fork of ``source`` (last committed ``last``) runs again: the
     one it planned and never committed, else its last committed one."""
-    planned = [
-        n for n in _committed_batches(source / "offsets") if (source / "offsets" / str(n)).is_file()
-    ]
+    planned = _logged_batches(source / "offsets")
     return last + 1 if planned and planned[-1] > last else last
 
 
