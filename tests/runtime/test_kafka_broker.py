@@ -72,6 +72,19 @@ def test_the_broker_serves_metadata_and_creates_no_topic_it_is_asked_about(
     assert "absent" not in topics.topics  # auto.create.topics.enable=false
 
 
+def test_the_broker_keeps_records_whatever_their_timestamps(kafka: kafka_jvm.KafkaBroker) -> None:
+    # The specs stamp their records in 2023: Kafka's default retention (7 days by record
+    # time, checked every 5 minutes) deleted them all mid-run, so it is off on this broker.
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    create_topic(kafka, "kept", 1)
+    resource = ConfigResource(ResourceType.TOPIC, "kept")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    configs = admin.describe_configs([resource])[resource].result(TIMEOUT)
+    assert configs["retention.ms"].value == "-1"
+    assert configs["retention.bytes"].value == "-1"
+
+
 def test_keyed_records_from_kafkas_java_producer_land_where_udfs_murmur2_says(
     kafka: kafka_jvm.KafkaBroker,
 ) -> None:
