@@ -28,34 +28,22 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_elastic.errors import ProtocolError
-from spark_elastic.runtime.container.checkpoint import _fence_published, _prepare_checkpoint
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
-from spark_elastic.runtime.container.follow import drop_snapshot
 from spark_elastic.runtime.container.query import (
     _factor_of,
-    _job_session,
     _progress_json,
-    _start_query,
     _stop_within,
     build_report,
 )
 from spark_elastic.runtime.container.settings import ContainerSettings
-from spark_elastic.runtime.container.warmups import (
-    _await_tasks,
-    _catch_up,
-    _Follower,
-    _Replayer,
-    _replays,
-    _warm_up,
-)
+from spark_elastic.runtime.container.warmups import _await_tasks, warm_up_for
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import Job, load_job_and_module
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel, Registration
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from spark_elastic.model.plan import JobPlan
@@ -108,32 +96,18 @@ def _run_container(
         write_budget_s=settings.write_budget_s,
     )
     lease = ContainerLease(terms)
-    spark: SparkSession | None = None
-    follower: _Follower | None = None
-    first = client.job_model()
-    replayer: _Replayer | None = None
-    warm_first = first.warmup(settings.container_id)
-    if warm_first is not None:
-        # KIP-441: a new owner gets going while the old one still runs its tasks; it
-        # registers (holds a lease) only once it is ready, and writes nothing before.
-        spark = _job_session(job, module, settings)
-        _warm_up(spark)
-        if job.processor is not None and _replays(job, settings):
-            replayer = _Replayer(spark, job, settings, lease, warm_first, first)
-            if not _catch_up(client, replayer, settings.container_id, settings.acceptable_lag):
-                replayer.discard()
-                return EXIT_OK if not replayer.failed() else EXIT_FENCED
-        elif job.processor is not None:
-            follower = _Follower(spark, job, settings.follow_s)
-            # Its first snapshot may take long on a loaded machine: the coordinator bounds
-            # a warm-up's readiness by its change's deadline, not by the start-up bound.
-            follower(first, settings.container_id)
+    # KIP-441: a warm-up gets going while the old owners still run its tasks; it registers
+    # (holds a lease) only once it is ready, and writes nothing before it owns them.
+    warm_up = warm_up_for(job, module, settings, lease, client.job_model())
+    if not warm_up.prepare(client):
+        failed = warm_up.failure() is not None
+        warm_up.discard()
+        return EXIT_FENCED if failed else EXIT_OK
     sent = time.monotonic()
     reply = client.register(Registration(settings.container_id, os.getpid()))
     if not reply.alive:
         _log(f"the coordinator did not issue container id {settings.container_id!r}")
-        if replayer is not None:
-            replayer.discard()
+        warm_up.discard()
         return EXIT_FENCED
     lease.renew(sent, reply.lease_ms)
 
@@ -148,15 +122,9 @@ def _run_container(
     warm = model.warmup(settings.container_id)
     if warm is not None:
         _log(f"warm: waiting for tasks {', '.join(warm.tasks)}")
-        # A replaying warm-up looks more often: its stall ends when it sees the handover.
-        every_s = settings.heartbeat_s if replayer is None else min(settings.heartbeat_s, 0.2)
-        awaited = _await_tasks(
-            client, settings.container_id, every_s, stop, dead, beats, replayer or follower
-        )
+        awaited = _await_tasks(client, settings.container_id, stop, dead, beats, warm_up)
         if awaited is None:
-            if replayer is not None:
-                replayer.discard()
-            drop_snapshot(warm.checkpoint)
+            warm_up.discard()
             beats.stop()
             return EXIT_FENCED if dead.is_set() else EXIT_OK
         model = awaited
@@ -171,28 +139,14 @@ def _run_container(
     plan = grown_plan(job.grouper, _factor_of(mine, job), model.planned, model.partitions)
     # From here to the first commit is this container's share of a moved task's stall.
     given = time.monotonic()
-    since = ""
-    if replayer is not None:
-        query = replayer.take_over(mine, model)
-        started.append(query)
-        # Its batches so far were the warm-up's (no output): not reported as the owner's.
-        since = max(
-            (p.get("timestamp", "") for p in map(_progress_json, query.recentProgress)), default=""
-        )
-    else:
-        if spark is None:
-            spark = _job_session(job, module, settings)
-        starts = _prepare_checkpoint(
-            mine, plan, job.processor is not None, spark, reopen=job.holds_back
-        )
-        quiet = _fence_published(job, plan, mine)
-        query = _start_query(spark, job, plan, mine, lease, settings, starts, quiet=quiet)
-        started.append(query)
+    taken = warm_up.take_over(mine, model, plan)
+    query = taken.query
+    started.append(query)
     _log(
         f"running tasks {', '.join(mine.tasks)} in generation {mine.generation} "
         f"({time.monotonic() - given:.1f} s after they were given)"
     )
-    code = _supervise(query, job, plan, mine, client, stop, dead, given, since)
+    code = _supervise(query, job, plan, mine, client, stop, dead, given, taken.since)
     if stop.is_set() and not dead.is_set():
         # Asked to stop (a handover, or the job's stop): the heartbeats go on renewing the
         # lease while the batch in flight commits, so its records are published here

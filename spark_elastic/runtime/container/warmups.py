@@ -17,9 +17,13 @@ handover takes the snapshot as its checkpoint when the old owners committed
 nothing since (else rescales their checkpoints again) and starts its query.
 Removed from the model meanwhile, a warm-up exits 0.
 
-``_Follower`` takes the snapshots, ``_Replayer`` runs the replaying query;
-``_catch_up`` and ``_await_tasks`` are the waits before it registers and
-before it owns its tasks.
+Every container has a :class:`WarmUp`, chosen by :func:`warm_up_for`:
+``_Cold`` (no warm-up, or a stateless one: the query starts when the tasks
+are given), ``_Follower`` (takes the snapshots) or ``_Replayer`` (runs the
+replaying query). :func:`run_container` drives it the same way whichever it
+is: ``prepare`` before registering, following while it waits for its tasks
+(:func:`_await_tasks`), ``take_over`` once they are given, ``discard`` if
+the move is called off.
 """
 
 from __future__ import annotations
@@ -31,13 +35,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_elastic.errors import ProtocolError
 from spark_elastic.log.gate import read_gate, write_gate
-from spark_elastic.runtime.container.checkpoint import _rescaled_starts, published_fences
+from spark_elastic.runtime.container.checkpoint import (
+    _fence_published,
+    _prepare_checkpoint,
+    _rescaled_starts,
+    published_fences,
+)
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats
 from spark_elastic.runtime.container.console import _log
 from spark_elastic.runtime.container.follow import (
@@ -54,6 +64,7 @@ from spark_elastic.runtime.container.follow import (
 )
 from spark_elastic.runtime.container.query import (
     _factor_of,
+    _job_session,
     _offsets_of,
     _output,
     _progress_json,
@@ -123,13 +134,137 @@ def _rehearse(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-class _Follower:
-    """A stateful warm-up's snapshots of its old owners' state (driver; see :mod:`.follow`)."""
+@dataclass(frozen=True)
+class Taken:
+    """A container's query over the tasks it was given, as its warm-up hands it over."""
 
-    def __init__(self, spark: SparkSession, job: Job, every_s: float) -> None:
-        self.spark, self.job, self.every_s = spark, job, every_s
+    query: StreamingQuery
+    since: str = ""
+    """Trigger timestamp of the query's last batch as a warm-up (ISO 8601): those batches
+    published nothing and are not reported as the owner's."""
+
+
+class WarmUp(Protocol):
+    """How a container gets ready for its tasks and takes them (KIP-441).
+
+    Runs on the container's driver, driven by :func:`run_container` in this
+    order: :meth:`prepare` once, before the container registers; while it
+    waits for its tasks, :meth:`__call__` and :meth:`caught_up` each time
+    it looks at the job model (every :attr:`poll_s`); then
+    :meth:`take_over` once, or :meth:`discard` if the move is called off.
+    """
+
+    poll_s: float
+    """How often the container looks at the job model while it waits for its tasks."""
+
+    def prepare(self, client: CoordinatorClient) -> bool:
+        """Get ready to register; False if the warm-up was called off or failed."""
+        ...
+
+    def __call__(self, model: JobModel, container_id: str) -> None:
+        """Follow the old owners as ``model`` has them."""
+        ...
+
+    def caught_up(self, model: JobModel, container_id: str) -> bool:
+        """Whether the old owners may stop now (the handover's first phase)."""
+        ...
+
+    def failure(self) -> str | None:
+        """Why what it runs ended, if it did (the container then exits as fenced)."""
+        ...
+
+    def take_over(self, mine: ContainerModel, model: JobModel, plan: JobPlan) -> Taken:
+        """Own ``mine``'s tasks: the query that publishes from here on."""
+        ...
+
+    def discard(self) -> None:
+        """The move was called off: leave nothing behind that no one will read."""
+        ...
+
+
+class _Cold:
+    """No warm-up to speak of: the query starts when the tasks are given.
+
+    A container launched as an owner (a start, a failover), or a stateless
+    warm-up, which has no state to follow (its Spark application and
+    Python workers are started already, see :func:`warm_up_for`).
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        module: Any,
+        settings: ContainerSettings,
+        lease: ContainerLease,
+        spark: SparkSession | None = None,
+    ) -> None:
+        self.job, self.module, self.settings, self.lease = job, module, settings, lease
+        self.spark = spark
+        self.poll_s = settings.heartbeat_s
+
+    def prepare(self, client: CoordinatorClient) -> bool:
+        """Nothing to get ready."""
+        return True
+
+    def __call__(self, model: JobModel, container_id: str) -> None:
+        """Nothing to follow."""
+
+    def caught_up(self, model: JobModel, container_id: str) -> bool:
+        """Never says so: its old owners stop after a lease (the coordinator's bound)."""
+        return False
+
+    def failure(self) -> str | None:
+        """Nothing runs before it takes over."""
+        return None
+
+    def take_over(self, mine: ContainerModel, model: JobModel, plan: JobPlan) -> Taken:
+        """Its checkpoint from its predecessors' (:mod:`.checkpoint`), and its query on it."""
+        if self.spark is None:
+            self.spark = _job_session(self.job, self.module, self.settings)
+        starts = _prepare_checkpoint(
+            mine, plan, self.job.processor is not None, self.spark, reopen=self.job.holds_back
+        )
+        quiet = _fence_published(self.job, plan, mine)
+        return Taken(
+            _start_query(
+                self.spark, self.job, plan, mine, self.lease, self.settings, starts, quiet=quiet
+            )
+        )
+
+    def discard(self) -> None:
+        """Nothing of its own to remove."""
+
+
+class _Follower(_Cold):
+    """A stateful warm-up's snapshots of its old owners' state (driver; see :mod:`.follow`).
+
+    At the handover it starts its query as a cold container does: the
+    checkpoint is then its last snapshot when the old owners committed
+    nothing since, else their checkpoints rescaled again (:mod:`.checkpoint`).
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        module: Any,
+        settings: ContainerSettings,
+        lease: ContainerLease,
+        spark: SparkSession,
+        warm: ContainerModel,
+        first: JobModel,
+    ) -> None:
+        super().__init__(job, module, settings, lease, spark)
+        self.spark: SparkSession = spark
+        self.warm, self.first = warm, first
+        self.every_s = settings.follow_s
         self.last = -float("inf")
         self.rehearsed = False
+
+    def prepare(self, client: CoordinatorClient) -> bool:
+        """Take a first snapshot. It may take long on a loaded machine: the coordinator
+        bounds a warm-up's readiness by its change's deadline, not by the start-up bound."""
+        self(self.first, self.warm.container_id)
+        return True
 
     def __call__(self, model: JobModel, container_id: str) -> None:
         warm = model.warmup(container_id)
@@ -159,6 +294,10 @@ class _Follower:
         """Snapshots have nothing to catch up with: ready once the old owners are stopping."""
         warm = model.warmup(container_id)
         return warm is not None and holders_stopping(model, warm.tasks)
+
+    def discard(self) -> None:
+        """Remove its snapshot."""
+        drop_snapshot(self.warm.checkpoint)
 
 
 class _Replayer:
@@ -203,6 +342,12 @@ class _Replayer:
         )
         self.start_gate: dict[str, dict[str, int]] | None = None
         self.batches_read: set[int] = set()
+        # It looks more often than it heartbeats: its stall ends when it sees the handover.
+        self.poll_s = min(settings.heartbeat_s, 0.2)
+
+    def prepare(self, client: CoordinatorClient) -> bool:
+        """Start the replaying query and follow until it is within ``acceptable_lag``."""
+        return _catch_up(client, self, self.warm.container_id, self.settings.acceptable_lag)
 
     def _plan_at(self, model: JobModel) -> Any:
         return lambda factor: grown_plan(self.job.grouper, factor, model.planned, model.partitions)
@@ -343,9 +488,11 @@ class _Replayer:
                     self.batches_read.add(int(progress["batchId"]))
         return len(self.batches_read)
 
-    def failed(self) -> bool:
-        """Whether the query ended (it should run until the container stops)."""
-        return self.query is not None and not self.query.isActive
+    def failure(self) -> str | None:
+        """Why the query ended, if it did (it should run until the container stops)."""
+        if self.query is None or self.query.isActive:
+            return None
+        return f"the replaying query ended: {self.query.exception()}"
 
     def lag(self, gate: Mapping[str, Mapping[str, int]] | None = None) -> int | None:
         """Records up to the gate (or ``gate``) the query has yet to commit; None before its
@@ -366,11 +513,14 @@ class _Replayer:
             for (topic, partition), offset in limits.items()
         )
 
-    def take_over(self, mine: ContainerModel, model: JobModel) -> StreamingQuery:
+    def take_over(
+        self, mine: ContainerModel, model: JobModel, plan: JobPlan | None = None
+    ) -> Taken:
         """Own the tasks: the old owners' final offsets become the fences, the gate lifts.
 
         With a transactional sink, what the sink says they published counts
         too: an owner killed after publishing a batch, before committing it.
+        The query is the one it has run since it started (its own plan).
         """
         assert self.query is not None  # noqa: S101 - a replaying warm-up registers after start
         published = published_fences(self.job, self.plan, mine.tasks)
@@ -378,7 +528,8 @@ class _Replayer:
         self.live.set()
         write_gate(self.gate, None)
         _log(f"took over {len(mine.tasks)} tasks in the query that replayed them")
-        return self.query
+        progress = map(_progress_json, self.query.recentProgress)
+        return Taken(self.query, max((p.get("timestamp", "") for p in progress), default=""))
 
     def discard(self) -> None:
         """The move was called off: stop the query, remove the checkpoint no one will read."""
@@ -410,8 +561,9 @@ def _catch_up(
             if lag is not None and lag <= acceptable_lag:
                 _log(f"caught up with the old owners' commits (lag {lag} records)")
                 return True
-        if replayer.failed():
-            _log(f"the replaying query ended: {replayer.query.exception()}")  # type: ignore[union-attr]
+        failure = replayer.failure()
+        if failure is not None:
+            _log(failure)
             return False
         time.sleep(0.5)
 
@@ -419,18 +571,17 @@ def _catch_up(
 def _await_tasks(
     client: CoordinatorClient,
     container_id: str,
-    every_s: float,
     stop: threading.Event,
     dead: threading.Event,
     beats: _Heartbeats,
-    follower: _Follower | _Replayer | None = None,
+    warm_up: WarmUp,
 ) -> JobModel | None:
     """Wait until the job model hands this registered warm-up its tasks.
 
     Returns the model that lists it among the containers, or None if it was
     stopped, fenced, or removed from the model (the move was called off).
-    A stateful warm-up follows its old owners' state meanwhile, and says
-    through its heartbeats (``beats``) when it has caught up with them.
+    The warm-up follows its old owners meanwhile, and says through the
+    heartbeats (``beats``) when it has caught up with them.
     """
     while not (stop.is_set() or dead.is_set()):
         try:
@@ -443,17 +594,39 @@ def _await_tasks(
             if model.warmup(container_id) is None:
                 _log(f"job model {model.version} no longer has warm-up {container_id!r}")
                 return None
-            if follower is not None:
-                follower(model, container_id)
-                if follower.caught_up(model, container_id):
-                    # The handover's first phase: the old owners stop once their warm-ups
-                    # say this (or after a lease).
-                    beats.say_caught_up()
-            if isinstance(follower, _Replayer) and follower.failed():
-                _log(f"the replaying query ended: {follower.query.exception()}")  # type: ignore[union-attr]
+            warm_up(model, container_id)
+            if warm_up.caught_up(model, container_id):
+                # The handover's first phase: the old owners stop once their warm-ups say
+                # this (or after a lease).
+                beats.say_caught_up()
+            failure = warm_up.failure()
+            if failure is not None:
+                _log(failure)
                 dead.set()
-        stop.wait(every_s)
+        stop.wait(warm_up.poll_s)
     return None
+
+
+def warm_up_for(
+    job: Job, module: Any, settings: ContainerSettings, lease: ContainerLease, first: JobModel
+) -> WarmUp:
+    """The container's :class:`WarmUp`, as the first job model it fetched lists it.
+
+    A warm-up (KIP-441) starts its Spark application and Python workers at
+    once, while the old owners still run its tasks; a stateful one then
+    follows their state, replaying their records when its input has a gate
+    (:func:`_replays`), else taking snapshots. Runs on the driver, once.
+    """
+    warm = first.warmup(settings.container_id)
+    if warm is None:
+        return _Cold(job, module, settings, lease)
+    spark = _job_session(job, module, settings)
+    _warm_up(spark)
+    if job.processor is None:
+        return _Cold(job, module, settings, lease, spark)
+    if _replays(job, settings):
+        return _Replayer(spark, job, settings, lease, warm, first)
+    return _Follower(job, module, settings, lease, spark, warm, first)
 
 
 def _replays(job: Job, settings: ContainerSettings) -> bool:
