@@ -248,6 +248,18 @@ def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publi
         assert not (tmp_path / "out").exists()  # the job's sink got nothing
         assert not replayer.caught_up(model, "w2")  # the owner is not stopping
 
+        # Its query ends before it owns the tasks (on a loaded machine, most often at start:
+        # a Python worker too slow for Spark's 10 s to connect back). It starts it again on
+        # its checkpoint, up to RESTARTS times, and goes on replaying; nothing is published
+        # twice (the output is compared at the end).
+        for _ in range(_Replayer.RESTARTS):
+            ended = replayer.query
+            ended.stop()
+            replayer(model, "w2")
+            assert replayer.query is not ended
+            assert replayer.query.isActive
+            assert replayer.failure() is None
+
         # The owner is listed as stopping and commits more: the warm-up follows it, but
         # does not hold its gate before its query has run WARM_BATCHES batches that read
         # records (the first after a snapshot are slow ones, not for a new owner).
@@ -290,6 +302,11 @@ def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publi
         replayer.take_over(mine, model)
         produce(log, start + 45, 50)
         replayer.query.processAllAvailable()
+        # Its restarts used up, a query that ends is the warm-up's failure.
+        replayer.query.stop()
+        replayer(model, "w2")
+        assert not replayer.query.isActive
+        assert replayer.failure() == "the replaying query ended: stopped"
     finally:
         owner.stop()
         if replayer is not None and replayer.query is not None:

@@ -48,7 +48,7 @@ from spark_elastic.runtime.container.checkpoint import (
     _rescaled_starts,
     published_fences,
 )
-from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats
+from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import _log
 from spark_elastic.runtime.container.follow import (
     adopt_snapshot,
@@ -341,6 +341,8 @@ class _Replayer:
             maxlen=1024
         )
         self.start_gate: dict[str, dict[str, int]] | None = None
+        self.starts: dict[str, dict[str, int]] | None = None
+        self.restarts = 0
         self.batches_read: set[int] = set()
         # It looks more often than it heartbeats: its stall ends when it sees the handover.
         self.poll_s = min(settings.heartbeat_s, 0.2)
@@ -362,23 +364,49 @@ class _Replayer:
             return False
         self.follow(model)
         self.start_gate = self.gate_offsets
-        starts = _rescaled_starts(Path(self.warm.checkpoint), self.plan, self.warm)
-        self.query = _start_query(
+        self.starts = _rescaled_starts(Path(self.warm.checkpoint), self.plan, self.warm)
+        self.query = self._start()
+        _log(
+            f"replaying: {snapshot.keys} keys as of batches {sorted(snapshot.sources.values())} "
+            f"({snapshot.seconds:.1f} s), query started on them"
+        )
+        return True
+
+    def _start(self) -> StreamingQuery:
+        return _start_query(
             self.spark,
             self.job,
             self.plan,
             self.warm,
             self.lease,
             self.settings,
-            starts,
+            self.starts,
             gate=self.gate,
             live=self.live,
         )
+
+    RESTARTS = 2
+    """Times a warm-up starts its replaying query again after it ended. It publishes nothing
+    before it owns its tasks, so running its batches again is harmless; and the query most
+    often ends at start on a loaded machine, its Python worker too slow for Spark's fixed
+    10 s to connect back. Exiting instead cost the new Spark application a successor needs
+    (session 18's bench_live on Kafka: the change rolled back at its deadline)."""
+
+    def restart_if_ended(self) -> None:
+        """Start the query again on its checkpoint if it ended, up to :attr:`RESTARTS` times.
+
+        Runs on the driver, each time the warm-up looks at the job model, and
+        only before it takes over (the container's own failure handling
+        takes it from there).
+        """
+        if self.query is None or self.query.isActive or self.restarts >= self.RESTARTS:
+            return
+        self.restarts += 1
         _log(
-            f"replaying: {snapshot.keys} keys as of batches {sorted(snapshot.sources.values())} "
-            f"({snapshot.seconds:.1f} s), query started on them"
+            f"the replaying query ended ({self._why()}); "
+            f"starting it again ({self.restarts} of {self.RESTARTS})"
         )
-        return True
+        self.query = self._start()
 
     def follow(self, model: JobModel) -> None:
         """Raise fences and gate to the current holders' last commits."""
@@ -418,6 +446,7 @@ class _Replayer:
         """
         if model.warmup(container_id) is None:
             return
+        self.restart_if_ended()
         if self.frozen and not holders_stopping(model, self.warm.tasks):
             self.frozen = False  # the phase was called off (a failover): follow again
         if not self.frozen:
@@ -489,10 +518,15 @@ class _Replayer:
         return len(self.batches_read)
 
     def failure(self) -> str | None:
-        """Why the query ended, if it did (it should run until the container stops)."""
+        """Why the query ended, if it did and will not be started again (it should run
+        until the container stops)."""
         if self.query is None or self.query.isActive:
             return None
-        return f"the replaying query ended: {self.query.exception()}"
+        return f"the replaying query ended: {self._why()}"
+
+    def _why(self) -> str:
+        why = self.query.exception() if self.query is not None else None
+        return first_line(why) if why is not None else "stopped"
 
     def lag(self, gate: Mapping[str, Mapping[str, int]] | None = None) -> int | None:
         """Records up to the gate (or ``gate``) the query has yet to commit; None before its
@@ -556,6 +590,7 @@ def _catch_up(
         if replayer.query is None:
             replayer.start(model)
         else:
+            replayer.restart_if_ended()
             replayer.follow(model)
             lag = replayer.lag()
             if lag is not None and lag <= acceptable_lag:
