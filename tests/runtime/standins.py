@@ -13,14 +13,16 @@ Leases are short here (2 s, margin 1 s) so expiries happen within seconds.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,31 @@ def call(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+@contextlib.contextmanager
+def json_coordinator(answer: Callable[[str], Any]) -> Iterator[str]:
+    """A coordinator's HTTP API on loopback, on a thread, answering each GET with
+    ``answer(path)`` as JSON; yields its URL. For the container's side of the protocol,
+    specified without a supervisor behind it."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's hook, named by it
+            body = json.dumps(answer(self.path)).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
 
 
 def shape(root: Path) -> JobShape:

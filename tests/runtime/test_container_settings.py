@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
-import json
 import socket
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+from standins import json_coordinator
 
 from spark_elastic.errors import ArgumentError
 from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
@@ -90,17 +89,9 @@ def test_a_warm_up_says_it_caught_up_in_its_one_heartbeat_loop_at_once() -> None
     # phase) goes out with the next beat, sent at once rather than an interval later.
     seen: list[tuple[float, str]] = []
 
-    class Coordinator(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's hook, named by it
-            seen.append((time.monotonic(), self.path))
-            body = json.dumps({"alive": True, "leaseMs": 60000, "jobModelVersion": 3}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+    def answer(path: str) -> object:
+        seen.append((time.monotonic(), path))
+        return {"alive": True, "leaseMs": 60000, "jobModelVersion": 3}
 
     def wait_for(condition: Callable[[], bool]) -> None:
         deadline = time.monotonic() + 60
@@ -108,9 +99,7 @@ def test_a_warm_up_says_it_caught_up_in_its_one_heartbeat_loop_at_once() -> None
             threading.Event().wait(0.01)
         assert condition()
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Coordinator) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with json_coordinator(answer) as url:
         settings = ContainerSettings.from_env(
             {**BASE, "SPARK_ELASTIC_COORDINATOR_URL": url, "SPARK_ELASTIC_HEARTBEAT_MS": "600000"}
         )
@@ -126,7 +115,6 @@ def test_a_warm_up_says_it_caught_up_in_its_one_heartbeat_loop_at_once() -> None
         finally:
             beats.stop()
             beats.join(60)
-        server.shutdown()
     assert not beats.is_alive()
     assert beats.model_version == 3
     (_, plain), (at, caught_up) = seen

@@ -12,13 +12,12 @@ end-to-end stories).
 
 from __future__ import annotations
 
-import http.server
-import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from standins import json_coordinator
 
 from spark_elastic.runtime.container import ContainerSettings, CoordinatorClient
 from spark_elastic.runtime.container.client import _Heartbeats
@@ -59,27 +58,16 @@ class Coordinator:
 def coordinator() -> Iterator[Coordinator]:
     state = Coordinator([])
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's hook, named by it
-            if self.path == "/jobModel":
-                served = state.models.pop(0) if len(state.models) > 1 else state.models[0]
-                body = json.dumps(served.to_json()).encode()
-            else:
-                state.beats.append(self.path)
-                body = json.dumps({"alive": True, "leaseMs": 60000, "jobModelVersion": 1}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> object:
+        if path == "/jobModel":
+            served = state.models.pop(0) if len(state.models) > 1 else state.models[0]
+            return served.to_json()
+        state.beats.append(path)
+        return {"alive": True, "leaseMs": 60000, "jobModelVersion": 1}
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    with json_coordinator(answer) as url:
+        state.url = url
         yield state
-        server.shutdown()
 
 
 @dataclass
