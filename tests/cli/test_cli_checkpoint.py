@@ -32,6 +32,7 @@ def stopped(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return root / "cp"
 
 
+@pytest.mark.long  # `make test-all`; `make test` runs the table
 def test_checkpoint_show_json_lists_every_bucket(stopped: Path) -> None:
     result = cli("checkpoint", "show", str(stopped), "--json")
     assert result.returncode == 0, result.stderr[-2000:]

@@ -167,8 +167,22 @@ def assert_each_record_published_once(
     )
 
 
-@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
-@pytest.mark.parametrize("point", ["before the staging", "after the rename", "after the commit"])
+@pytest.mark.parametrize(
+    ("point", "stateful"),
+    [
+        pytest.param(
+            point,
+            stateful,
+            id=f"{point}-{'stateful' if stateful else 'stateless'}",
+            # `make test` runs two of the six (for the suite's time); `make test-all` all.
+            marks=()
+            if (point, stateful) in {("after the rename", True), ("after the commit", False)}
+            else pytest.mark.long,
+        )
+        for point in ("before the staging", "after the rename", "after the commit")
+        for stateful in (True, False)
+    ],
+)
 def test_a_new_owner_publishes_each_record_once_whatever_point_the_old_one_died_at(
     spark: SparkSession, log: EmbeddedLog, tmp_path: Path, point: str, stateful: bool
 ) -> None:
@@ -191,6 +205,7 @@ def test_a_new_owner_publishes_each_record_once_whatever_point_the_old_one_died_
     assert_each_record_published_once(spark, log, out, stateful)
 
 
+@pytest.mark.long  # `make test-all`: the split's fences; `make test` runs the deaths without one
 def test_a_split_of_an_owner_that_died_after_its_rename_publishes_each_record_once(
     spark: SparkSession, log: EmbeddedLog, tmp_path: Path
 ) -> None:
@@ -331,7 +346,14 @@ def read_to_end(bootstrap: str, topic: str, isolation: str) -> list[tuple[str, i
 
 @pytest.mark.parametrize(
     "point",
-    ["before the transaction", "before the commit", "after the transaction", "after the commit"],
+    [
+        # `make test` runs the death between the transaction's records and its commit; the
+        # others are `make test-all`'s (for the suite's time).
+        pytest.param("before the transaction", marks=pytest.mark.long),
+        "before the commit",
+        pytest.param("after the transaction", marks=pytest.mark.long),
+        pytest.param("after the commit", marks=pytest.mark.long),
+    ],
 )
 def test_on_kafka_a_read_committed_consumer_sees_each_output_once_whatever_the_death(
     spark: SparkSession,
@@ -393,7 +415,13 @@ def enriched_clicks(spark: SparkSession, out: Path) -> DataFrame:
     return rows.filter(~F.col("user").startswith("~end"))
 
 
-@pytest.mark.parametrize("tasks", [FACTOR_2, FACTOR_4], ids=["same tasks", "split"])
+@pytest.mark.parametrize(
+    "tasks",
+    # The split is `make test-all`'s (for the suite's time; the live split of held state is
+    # also test_job_run_in_time.py's).
+    [FACTOR_2, pytest.param(FACTOR_4, marks=pytest.mark.long)],
+    ids=["same tasks", "split"],
+)
 def test_held_records_are_published_once_by_the_new_owner_of_one_that_died_holding_them(
     spark: SparkSession, tmp_path: Path, tasks: tuple[str, ...]
 ) -> None:

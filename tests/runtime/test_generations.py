@@ -153,6 +153,7 @@ def run(spark: SparkSession, log: EmbeddedLog, checkpoint: Path) -> list[tuple[s
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-all`; the stories' failovers resume forks
 def test_a_query_resumed_from_a_fork_applies_every_record_once(
     spark: SparkSession, log: EmbeddedLog, tmp_path: Path
 ) -> None:

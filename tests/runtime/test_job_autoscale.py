@@ -11,9 +11,8 @@ goes through KIP-441 warm-ups, here in ``--warm-up-mode snapshot`` (the
 mode of an input without a gate, such as Kafka read by Spark's own source:
 the warm-up renews a copy of its old owners' state and starts its query at
 the handover); ``test_job_run.py`` moves tasks through replaying warm-ups.
-The story runs on the embedded log, and with ``SPARK_ELASTIC_STORIES=all``
-on a topic of the session's Kafka broker read through ``elastic-kafka``
-too (:data:`INPUTS`). At the end, the sink's rows are
+The story runs on the embedded log and on a topic of the session's Kafka
+broker read through ``elastic-kafka`` (:data:`INPUTS`; ``make test-all``). At the end, the sink's rows are
 compared with a single key-ordered pass over the same records: nothing
 lost, nothing applied twice, each key's records in order.
 (``benchmarks/bench_autoscale.py`` runs a x4 step from a steady load,
@@ -22,7 +21,6 @@ against a fixed-size job.)
 
 from __future__ import annotations
 
-import os
 import threading
 import urllib.request
 import uuid
@@ -48,7 +46,9 @@ from standins import call
 
 from spark_elastic import EmbeddedLog
 
-pytestmark = pytest.mark.slow
+# Long (`make test-all`): the autoscaler's story; `make test` runs its policy and glue
+# in-process (test_autoscaler.py, test_autoscale.py).
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 INITIAL = 300
 BATCH = 100  # records a micro-batch reads at most; with the 1 s trigger, 100 a second
@@ -88,10 +88,8 @@ class Clicks:
         return key_ordered_counts(records, planned=2)
 
 
-INPUTS = ["log", *(["kafka"] if os.environ.get("SPARK_ELASTIC_STORIES") == "all" else [])]
-"""The story's inputs. On Kafka it passed alone (290 s) and in session 18's fresh-clone run
-(616 s beside the other stories), but ``make test`` leaves it out for the suite's time
-(that run took 73 min); ``SPARK_ELASTIC_STORIES=all`` runs it."""
+INPUTS = ["log", "kafka"]
+"""The story's inputs (on Kafka it passed alone in 290 s, and 616 s beside the other stories)."""
 
 
 @pytest.fixture(params=INPUTS)

@@ -39,7 +39,9 @@ from standins import alive
 
 from spark_elastic import EmbeddedLog
 
-pytestmark = pytest.mark.slow
+# Long (`make test-all`): the same changes as the stateful story on Kafka
+# (test_job_run_kafka.py), which `make test` runs.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_live(

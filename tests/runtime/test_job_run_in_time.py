@@ -23,7 +23,9 @@ from jobs import APPLY_DEADLINE_S, CHANGE_DEADLINE_S, ROOT, RunningJob, publishe
 
 from spark_elastic import EmbeddedLog
 
-pytestmark = pytest.mark.slow
+# Long (`make test-all`): the time-ordered job's story; `make test` runs its pieces
+# (test_time_order.py, test_hold_back.py, the held records of test_exactly_once.py).
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 ENRICH_JOB = f"{ROOT / 'examples' / 'jobs' / 'enriched_clicks.py'}:job"
 

@@ -285,6 +285,9 @@ def tasks_of(
     }
 
 
+# Long (`make test-all`): the stateless job's changes; on Kafka, `make test` runs the
+# stateful story.
+@pytest.mark.long
 def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_scale_and_split(
     spark: SparkSession,
     kafka: kafka_jvm.KafkaBroker,

@@ -150,6 +150,9 @@ def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
+# Long (`make test-all`): a stateless job's changes (`make test` runs the stateful story on
+# Kafka and the operable story).
+@pytest.mark.long
 def test_each_record_published_once_through_scale_growth_failover_restart_split_and_merge(
     spark: SparkSession, run_job: Callable[..., RunningJob], clicks: Path
 ) -> None:

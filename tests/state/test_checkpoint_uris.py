@@ -79,6 +79,7 @@ def run_uri(job: Job, checkpoint: str, factor: int, output: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-all`, for the suite's time
 def test_a_file_uri_checkpoint_runs_shows_and_rescales(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

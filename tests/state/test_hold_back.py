@@ -213,7 +213,12 @@ def ended_log(path: Path, count: int = 60) -> tuple[EmbeddedLog, list[Record]]:
     return log, records
 
 
-@pytest.mark.parametrize("batch", [1, 7, 100, None], ids=["1", "7", "100", "all"])
+@pytest.mark.parametrize(
+    "batch",
+    # `make test` reads it all at once; one record at a time and the others are `make test-all`'s.
+    [pytest.param(b, marks=pytest.mark.long) for b in (1, 7, 100)] + [None],
+    ids=["1", "7", "100", "all"],
+)
 def test_the_enriched_output_is_the_same_whatever_the_batch_size(
     spark: SparkSession, tmp_path: Path, batch: int | None
 ) -> None:
@@ -229,6 +234,8 @@ def test_the_enriched_output_is_the_same_whatever_the_batch_size(
     assert metrics["records_enforced"] == 0
 
 
+# `make test-all`; `make test` runs the held records' failover in test_exactly_once.py
+@pytest.mark.long
 def test_without_waiting_what_differs_is_what_the_metric_counted(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -241,6 +248,8 @@ def test_without_waiting_what_differs_is_what_the_metric_counted(
     assert len(got - expected) <= metrics["records_enforced"]
 
 
+# `make test-all`; `make test` runs the held records' failover in test_exactly_once.py
+@pytest.mark.long
 def test_held_records_survive_a_restart_a_split_and_a_merge(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -83,6 +83,7 @@ def counts(spark: SparkSession, cp: Path) -> dict[str, int]:
     return {r.key: r["count"] for r in final_state(spark, cp).collect()}
 
 
+@pytest.mark.long  # `make test-all`, for the suite's time
 def test_two_stateful_jobs_with_factors_2_and_4_run_side_by_side_and_restart(
     spark: SparkSession, tmp_path: Path, log: EmbeddedLog, session_partitions: str
 ) -> None:

@@ -114,6 +114,7 @@ def test_a_query_on_an_old_checkpoint_is_refused_with_the_command_that_converts_
 
 
 @pytest.mark.parametrize("factor", [2])  # the factor the refusal tells users to convert at
+@pytest.mark.long  # `make test-all`, for the suite's time
 def test_rescale_converts_an_old_checkpoint_and_its_query_goes_on_exactly(
     spark: SparkSession, old: Path, tmp_path: Path, factor: int
 ) -> None:

@@ -98,6 +98,7 @@ def test_rescale_1_2_4_2_1_with_failures_equals_a_single_run(
     assert_applied_in_offset_order(job.output(), seed)
 
 
+@pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_rescaled_query_restarts_after_its_first_commit(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
@@ -118,6 +119,7 @@ def test_rescaled_query_restarts_after_its_first_commit(
     assert_applied_in_offset_order(job.output(), seed)
 
 
+@pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_two_queries_owning_halves_merge_into_one(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
@@ -138,6 +140,7 @@ def test_two_queries_owning_halves_merge_into_one(
     assert_same_as(reference, job, merged)
 
 
+@pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_a_share_of_the_tasks_rescales_alone_and_the_shares_add_up_to_a_single_run(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
@@ -192,6 +195,7 @@ def test_a_share_of_the_tasks_rescales_alone_and_the_shares_add_up_to_a_single_r
     )
 
 
+@pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_replay_from_lower_offsets_is_skipped_and_counted(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
@@ -255,6 +259,7 @@ def test_checkpoint_show_reports_bucket_offsets_and_lag(
         assert min(b.behind for b in report.buckets if b.partition == partition) == 0
 
 
+@pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_stateful_query_has_one_exchange(
     stopped_once: Path, spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:

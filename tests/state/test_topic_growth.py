@@ -48,6 +48,7 @@ def same_records(spark: SparkSession, root: Path, seed: int) -> Job:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-all`; `make test` grows a topic live in test_job_run_kafka.py
 def test_topic_grown_to_a_multiple_while_stopped_goes_on_without_rescale(
     spark: SparkSession, tmp_path: Path
 ) -> None:

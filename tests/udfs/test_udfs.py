@@ -497,5 +497,6 @@ CONNECT_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-all`; `make test` runs Spark Connect in test_transforms.py
 def test_columns_work_on_spark_connect(run_on_spark_connect: Callable[[str], str]) -> None:
     assert "connect ok" in run_on_spark_connect(CONNECT_SCRIPT)
