@@ -2,7 +2,8 @@
 
 Owns: :mod:`.supervisor` (the state machine: plan once, leases, failover
 into a new generation, re-adoption after a restart, growth, scale and
-factor changes, the autoscaler's actions, the status), :mod:`.placement`
+factor changes, the autoscaler's actions), :mod:`.status` (what the status
+shows, as pure functions of what the supervisor knows), :mod:`.placement`
 (which container runs which tasks, as pure functions), :mod:`.launcher`
 (how containers are started and stopped: the ``Launcher`` protocol and
 local processes), :mod:`.registry` (the SQLite store of job model

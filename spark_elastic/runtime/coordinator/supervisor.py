@@ -94,6 +94,13 @@ from spark_elastic.runtime.coordinator.placement import (
     tasks_at_factor,
 )
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
+from spark_elastic.runtime.coordinator.status import (
+    Facts,
+    group_offsets,
+    input_lag,
+    job_status,
+    status_json,
+)
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
 from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.lease import LeaseTerms
@@ -800,15 +807,6 @@ class Supervisor:
             now,
             self.autoscaler.rate_window_s,
         )
-
-    def _partitions_of(self, progress: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-        """Each task's partitions, as its owner reported them, else as the job model plans them."""
-        planned = self._task_partitions()
-        result = {}
-        for task in self.model.owner_of():
-            offsets = progress.get(task, {}).get("offsets") or planned.get(task, {})
-            result[task] = frozenset(f"{t}/{p}" for t, ps in offsets.items() for p in ps)
-        return result
 
     def _task_lags(self) -> dict[str, int]:
         """Each task's lag as its current owner reported it; -1 until the owner reports
@@ -1842,20 +1840,6 @@ class Supervisor:
         )
         self._hold_logged = (decision.rule, now)
 
-    def _autoscaler_status(self) -> dict[str, Any]:
-        config, tasks = self.autoscaler, self._task_count()
-        last = None
-        if self.decision is not None:
-            last = {**self.decision.to_json(), "at": self._decided_at}
-        return {
-            "mode": config.mode,
-            "summary": config.describe(tasks),
-            "settings": config.to_json(),
-            "bounds": [config.min_containers, config.max_for(tasks)],
-            "capacityPerContainer": self._policy.capacity,
-            "lastDecision": last,
-        }
-
     # 8. stop
 
     def stop(self, timeout_s: float = 60.0) -> None:
@@ -1960,204 +1944,49 @@ class Supervisor:
 
     # status
 
-    def _move_status(self) -> dict[str, Any] | None:
-        """The pending move: its warm-ups, the owners they take over from, and its phase."""
-        if not self.model.warmups:
-            return None
-        holders = Holders(self.model.containers)
-        warmups = [
-            {
-                "containerId": w.container_id,
-                "state": self._records[w.container_id].state,
-                "tasks": list(w.tasks),
-                "from": sorted(holders.of(w.tasks)),
-            }
-            for w in self.model.warmups
-        ]
-        return {
-            "phase": self.change.phase if self.change is not None else WARMING,
-            "warmups": warmups,
-        }
-
-    def _change_status(self) -> dict[str, Any] | None:
-        """The change in flight, its phase, how long it has been in it and its deadline."""
-        change = self.change
-        if change is None:
-            return None
-        in_phase = self.clock() - self._phase_started
-        deadline = self.warm_up_deadline_s if change.phase == WARMING else None
-        if change.phase == CATCHING_UP:
-            deadline = self.catch_up_s
-        return {
-            **change.to_json(),
-            "inPhaseS": round(in_phase, 1),
-            "deadlineS": deadline,
-            "atDeadline": None
-            if deadline is None
-            else ("go on" if change.phase == CATCHING_UP or change.moved else "roll back"),
-            "cancellable": refuse_cancel(change) is None,
-        }
-
     def status(self) -> dict[str, Any]:
         """Everything the status page and ``job status --json`` show.
 
         Returns
         -------
         dict
-            ``job``, ``jobModelVersion``, ``containers`` (id, state, pid,
-            generation, tasks, heartbeat age, lease left, read amplification,
-            processing rate), ``tasks`` (owner, committed offsets, lag),
-            ``autoscaler`` (mode, settings, bounds, last decision),
-            ``move`` (a pending stateful move's phase and warm-ups, or None),
-            ``jobState`` (running, stopped or failed, and why), ``change``
-            (the change in flight: phase, deadline, whether it can be
-            cancelled), ``inputLag`` (records not yet read, each once; None
-            while any task's is unknown), ``recordsEnforced`` (records the
-            job's time-ordered tasks processed without waiting for their
-            other partitions, over all its containers; None unless its tasks
-            merge by timestamp) and ``events``.
+            :func:`.status.job_status` of what the supervisor knows now.
         """
         now = self.clock()
         throughput = self.store.throughput()
         enforced = self.store.enforced()
-        containers = []
-        for record in sorted(self._records.values(), key=lambda r: r.generation):
-            live = self._live.get(record.id)
-            counts = throughput.get(record.id, {})
-            read, processed = counts.get("totalRead", 0), counts.get("totalProcessed", 0)
-            containers.append(
-                {
-                    "containerId": record.id,
-                    "state": record.state,
-                    "pid": record.pid,
-                    "generation": record.generation,
-                    "tasks": list(record.tasks),
-                    "checkpoint": record.checkpoint,
-                    "sources": list(record.sources),
-                    "heartbeatAgeS": None
-                    if live is None or not live.registered
-                    else round(now - live.renewed_at, 3),
-                    # No lease before it registers: a start-up bound, counted from launch.
-                    "leaseLeftS": None
-                    if live is None or not live.registered
-                    else max(0.0, round(self.terms.coordinator_expiry(live.renewed_at) - now, 3)),
-                    "startupLeftS": None
-                    if live is None or live.registered or self.model.warmup(record.id)
-                    else max(0.0, round(live.launched_at + self.startup_s - now, 1)),
-                    "cause": self._causes.get(record.id),
-                    "startFailures": self._start_failures.get(record.id, StartFailures()).count,
-                    "recordsRead": read,
-                    "recordsProcessed": processed,
-                    "readAmplification": round(read / processed, 3) if processed else None,
-                    "recordsEnforced": enforced.get(record.id, 0),
-                    "lastBatch": counts.get("batch"),
-                    "recordsPerS": None if live is None else self._rate(record.id, now),
-                }
+        return job_status(
+            Facts(
+                now=now,
+                job=self.shape.name,
+                job_state=self.job_state(),
+                model=self.model,
+                records=tuple(self._records.values()),
+                leases=dict(self._live),
+                rates={c: self._rate(c, now) for c in self._live},
+                causes=dict(self._causes),
+                start_failures=dict(self._start_failures),
+                terms=self.terms,
+                startup_s=self.startup_s,
+                change=self.change,
+                in_phase_s=self.clock() - self._phase_started,
+                warm_up_deadline_s=self.warm_up_deadline_s,
+                catch_up_s=self.catch_up_s,
+                lags=self._task_lags(),
+                progress=self.store.progress(),
+                task_partitions=self._task_partitions(),
+                throughput=throughput,
+                enforced=enforced,
+                time_ordered=self.shape.time_ordered,
+                partitions_seen=dict(self.partitions_seen),
+                partitions_refused=self.partitions_refused,
+                growth=self._growth(),
+                partition_check_s=self.partition_check_s if self.watch is not None else None,
+                autoscaler=self.autoscaler,
+                capacity=self._policy.capacity,
+                decision=self.decision,
+                decided_at=self._decided_at,
+                events=[e.__dict__ for e in self.store.events()],
+                counters=dict(self.counters),
             )
-        owner = self.model.owner_of()
-        progress = self.store.progress()
-        lags = self._task_lags()
-        tasks = [
-            {
-                "task": task,
-                "container": owner.get(task),
-                # Where the owner starts from, even if a previous owner committed it.
-                "offsets": progress.get(task, {}).get("offsets", {}),
-                "lag": lags[task],
-            }
-            for task in sorted(owner, key=locality_key)
-        ]
-        return {
-            "job": self.shape.name,
-            "jobState": self.job_state(),
-            "jobModelVersion": self.model.version,
-            "change": self._change_status(),
-            "inputLag": input_lag(lags, self._partitions_of(progress)),
-            "recordsEnforced": sum(enforced.values()) if self.shape.time_ordered else None,
-            "move": self._move_status(),
-            "elasticityFactor": self.model.elasticity_factor,
-            "partitions": dict(self.model.partitions),
-            "partitionMonitor": {
-                "plannedPartitions": dict(self.model.planned),
-                "seen": dict(self.partitions_seen),
-                "refused": self.partitions_refused,
-                "growth": self._growth(),
-                "checkEveryS": self.partition_check_s if self.watch is not None else None,
-            },
-            "lease": {
-                "leaseS": self.terms.lease_s,
-                "marginS": self.terms.margin_s,
-                "writeBudgetS": self.terms.write_budget_s,
-            },
-            "containers": containers,
-            "tasks": tasks,
-            "autoscaler": self._autoscaler_status(),
-            "events": [e.__dict__ for e in self.store.events()],
-            "counters": dict(self.counters),
-        }
-
-
-def group_offsets(
-    committed: Mapping[str, Mapping[str, Mapping[int, int]]],
-    task_partitions: Mapping[str, Mapping[str, Sequence[int]]],
-) -> dict[str, dict[int, int]]:
-    """Each partition's offset for a consumer group: where every task reading it has got to.
-
-    Virtual tasks split a partition's keys, so several tasks (in several
-    containers) read one partition, each at its own pace; the group shows
-    the slowest, the offset below which every task has applied every record.
-
-    Parameters
-    ----------
-    committed
-        Each task's committed next offsets: ``{task: {topic: {partition: offset}}}``.
-    task_partitions
-        Each task's partitions as the job model plans them.
-
-    Returns
-    -------
-    dict
-        ``{topic: {partition: offset}}``; a partition some task reading it has
-        not committed yet is left out (the group shows nothing for it).
-    """
-    readers: dict[tuple[str, int], list[str]] = {}
-    for task, topics in task_partitions.items():
-        for topic, partitions in topics.items():
-            for partition in partitions:
-                readers.setdefault((topic, partition), []).append(task)
-    result: dict[str, dict[int, int]] = {}
-    for (topic, partition), tasks in sorted(readers.items()):
-        offsets = [committed.get(task, {}).get(topic, {}).get(partition) for task in tasks]
-        if all(offset is not None for offset in offsets):
-            result.setdefault(topic, {})[partition] = min(o for o in offsets if o is not None)
-    return result
-
-
-def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str]]) -> int | None:
-    """The job's backlog, each record once: tasks over the same partitions (a partition's
-    key buckets) each report all of its backlog, so it counts once, at the slowest.
-
-    Parameters
-    ----------
-    lags
-        Each task's lag as its owner reported it; -1 when unknown.
-    partitions_of
-        Each task's partitions (``"topic/partition"``).
-
-    Returns
-    -------
-    int or None
-        Records not yet read, or None (unknown) while any task's lag is unknown.
-    """
-    if any(lag < 0 for lag in lags.values()):
-        return None
-    slowest: dict[frozenset[str], int] = {}
-    for task, lag in lags.items():
-        key = partitions_of.get(task, frozenset({task}))
-        slowest[key] = max(slowest.get(key, 0), lag)
-    return sum(slowest.values())
-
-
-def status_json(status: Mapping[str, Any]) -> str:
-    """The status as indented JSON text."""
-    return json.dumps(status, indent=2, sort_keys=True)
+        )
