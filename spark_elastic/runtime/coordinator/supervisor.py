@@ -34,9 +34,10 @@ The recipe, in small steps:
 6. **Autoscale.** Each tick, unless the autoscaler is off, the pure policy of
    :mod:`.autoscaler` judges each task's lag (from its current owner) and
    each container's processing rate (from its progress reports, as received)
-   and the supervisor carries out what it decides through :meth:`Supervisor.scale`;
-   a refusal (a change under way) becomes a hold. Its settings live in the
-   store, so a restarted coordinator keeps a pin.
+   and :class:`.autoscaling.Autoscaling` carries out what it decides through
+   :meth:`Supervisor.scale` or :meth:`Supervisor.change_factor`; a refusal (a
+   change under way) becomes a hold. Its settings live in the store, so a
+   restarted coordinator keeps a pin.
 7. **Move (KIP-441).** A stateful scale or a factor change first launches
    the new owners as warm-ups (``JobModel.warmups``) while the old owners run
    every task; each tick, :meth:`Supervisor._advance_move` moves one group
@@ -52,7 +53,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,17 +61,11 @@ from typing import Any, Protocol
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
 from spark_elastic.model.names import TaskKind, validate_elasticity_factor
 from spark_elastic.runtime.coordinator.autoscaler import (
-    HOLD,
     AutoscalerConfig,
-    ContainerLoad,
     Decision,
     Observation,
-    PolicyState,
-    TaskLoad,
-    acted,
-    evaluate,
-    processing_rate,
 )
+from spark_elastic.runtime.coordinator.autoscaling import Autoscaling
 from spark_elastic.runtime.coordinator.changes import (
     CATCHING_UP,
     DRAINING,
@@ -86,11 +80,9 @@ from spark_elastic.runtime.coordinator.changes import (
 from spark_elastic.runtime.coordinator.launcher import Launcher
 from spark_elastic.runtime.coordinator.placement import (
     initial_assignment,
-    locality_key,
     may_shut_down,
     model_factor,
     scale_assignment,
-    task_share,
     tasks_at_factor,
 )
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
@@ -127,10 +119,6 @@ __all__ = [
 
 Clock = Callable[[], float]
 
-HOLD_EVENTS_EVERY_S = 30.0
-"""The autoscaler records a hold whose rule changed at most this often (actions always)."""
-RATE_HISTORY_S = 300.0
-"""How far back progress reports are kept for processing rates (at least the rate window)."""
 GROUP_COMMIT_S = 5.0
 """How often the job's consumer group may show new progress (a Kafka OffsetCommit each)."""
 
@@ -359,13 +347,6 @@ class Supervisor:
         # old owners, and when (clock) the phase began (None: no group in it).
         self._caught_up: set[str] = set()
         self._catching_up_since: float | None = None
-        # Progress reports as received: container -> (monotonic time, records processed).
-        self._reports: dict[str, deque[tuple[float, int]]] = {}
-        self._first_report: dict[str, float] = {}
-        self._policy = PolicyState()
-        self.decision: Decision | None = None
-        self._decided_at: float | None = None
-        self._hold_logged: tuple[str, float] | None = None
         # One coordinator per job: a second one is refused here, before it changes anything.
         claimed = store.epoch is None
         if claimed:
@@ -378,7 +359,7 @@ class Supervisor:
             self.change = self._load_change()
             # Containers that committed before a restart are past their start.
             self._committed = set(self.store.throughput())
-            self.autoscaler = self._load_autoscaler(autoscaler)
+            self.autoscaling = Autoscaling.load(store, clock, autoscaler, self._task_count())
         except BaseException:
             if claimed:
                 store.release()
@@ -783,30 +764,10 @@ class Supervisor:
                     f"{strangers[0]!r}, which it does not own"
                 )
             self.store.save_progress(report)
-            self._keep_report(report)
+            self.autoscaling.keep_report(report, self._live)
             self._committed.add(report.container_id)
             self._start_failures.pop(report.container_id, None)
         return reply
-
-    def _keep_report(self, report: ProgressReport) -> None:
-        now = self.clock()
-        for gone in [c for c in self._reports if c not in self._live]:
-            del self._reports[gone]
-            self._first_report.pop(gone, None)
-        self._first_report.setdefault(report.container_id, now)
-        reports = self._reports.setdefault(report.container_id, deque())
-        reports.append((now, report.records_processed))
-        horizon = now - max(RATE_HISTORY_S, self.autoscaler.rate_window_s)
-        while reports and reports[0][0] < horizon:
-            reports.popleft()
-
-    def _rate(self, container_id: str, now: float) -> float | None:
-        return processing_rate(
-            self._first_report.get(container_id),
-            tuple(self._reports.get(container_id, ())),
-            now,
-            self.autoscaler.rate_window_s,
-        )
 
     def _task_lags(self) -> dict[str, int]:
         """Each task's lag as its current owner reported it; -1 until the owner reports
@@ -861,11 +822,9 @@ class Supervisor:
         self.launch_pending()
         if self.autoscaler.mode != "off":
             try:
-                self._autoscale()
+                self.autoscaling.decide(self.observe_load(), self, self._count)
             except Exception as exc:  # an optional policy must never stop leases and failovers
-                decision = Decision(HOLD, len(self.model.containers), "error", f"failed: {exc!r}")
-                self.decision, self._decided_at = decision, time.time()
-                self._tell_hold(decision, self.clock())
+                self.autoscaling.failed(exc, len(self.model.containers))
 
     # 5. partitions (SEP-5)
 
@@ -1309,7 +1268,7 @@ class Supervisor:
         self._retire([self._records[c.container_id] for c in moved])
         self.model = model
         # Any change of the count, a person's too, starts the autoscaler's cool-down.
-        self._policy = acted(self._policy, self.clock())
+        self.autoscaling.start_cool_down()
         return summary
 
     def _warm_up(
@@ -1359,7 +1318,7 @@ class Supervisor:
                 self.store.add_event(db, "scale", detail=summary)
         self.model = model
         # Any change, a person's too, starts the autoscaler's cool-down.
-        self._policy = acted(self._policy, self.clock())
+        self.autoscaling.start_cool_down()
         return summary
 
     def _mark_move(self, db: Any, warmups: Sequence[ContainerModel]) -> None:
@@ -1724,22 +1683,15 @@ class Supervisor:
     def _task_count(self) -> int:
         return sum(len(c.tasks) for c in self.model.containers)
 
-    def _load_autoscaler(self, given: AutoscalerConfig | None) -> AutoscalerConfig:
-        text = self.store.meta("autoscaler")
-        stored = AutoscalerConfig.from_json(json.loads(text)) if text else None
-        if given is None:
-            return stored or AutoscalerConfig()
-        given.check_against(self._task_count())
-        if given != stored:
-            self._save_autoscaler(given)
-        return given
+    @property
+    def autoscaler(self) -> AutoscalerConfig:
+        """The autoscaler's settings in force (:class:`.autoscaling.Autoscaling` keeps them)."""
+        return self.autoscaling.config
 
-    def _save_autoscaler(self, config: AutoscalerConfig) -> None:
-        with self.store.transaction() as db:
-            self.store.set_meta(db, "autoscaler", json.dumps(config.to_json(), sort_keys=True))
-            self.store.add_event(
-                db, "autoscale", detail=f"autoscaler {config.describe(self._task_count())}"
-            )
+    @property
+    def decision(self) -> Decision | None:
+        """The autoscaler's last decision, or None before its first."""
+        return self.autoscaling.decision
 
     def configure_autoscaler(self, changes: Mapping[str, Any]) -> str:
         """Turn the autoscaler on or off, pin it, or change its bounds (``POST /autoscaler``).
@@ -1761,20 +1713,7 @@ class Supervisor:
             An unknown key, a bad value, or bounds that contradict each other
             or the task count; nothing is changed.
         """
-        if not changes:
-            raise ArgumentError.invalid(
-                "autoscaler", "at least one setting to change", dict(changes)
-            )
-        config = self.autoscaler.updated(changes, task_count=self._task_count())
-        if config != self.autoscaler:
-            self._save_autoscaler(config)
-            self.autoscaler = config
-            # A new mode or new bounds: wishes start over and the next hold is told.
-            self._policy = PolicyState(
-                last_action_at=self._policy.last_action_at, capacity=self._policy.capacity
-            )
-            self._hold_logged = None
-        return config.describe(self._task_count())
+        return self.autoscaling.configure(changes, self._task_count())
 
     def observe_load(self) -> Observation:
         """What the autoscaler sees now: each task's lag, each container's rate.
@@ -1785,60 +1724,7 @@ class Supervisor:
             Containers oldest generation first (a scale-in retires the
             newest), tasks in (partition, bucket) order.
         """
-        now = self.clock()
-        owner = self.model.owner_of()
-        lags = self._task_lags()
-        return Observation(
-            now,
-            tuple(
-                ContainerLoad(c.container_id, self._rate(c.container_id, now))
-                for c in sorted(self.model.containers, key=lambda c: c.generation)
-            ),
-            tuple(
-                TaskLoad(t, owner[t], lags[t], task_share(t))
-                for t in sorted(owner, key=locality_key)
-            ),
-            self.model.elasticity_factor,
-            self.shape.elasticity_factor,
-        )
-
-    def _autoscale(self) -> None:
-        observation = self.observe_load()
-        evaluation = evaluate(self.autoscaler, self._policy, observation)
-        self._policy = evaluation.state
-        decision = evaluation.decision
-        if decision.acts:
-            to = f"factor {decision.factor}" if decision.factor is not None else decision.target
-            wanted = f"autoscaler {decision.action} to {to}: {decision.reason}"
-            try:
-                if decision.factor is not None:
-                    self.change_factor(decision.factor, reason=wanted)
-                else:
-                    self.scale(decision.target, reason=wanted)
-            except ChangeRefusedError as exc:
-                # Not an error loop: a hold that says why, told once (the rule stays "refused").
-                decision = Decision(
-                    HOLD,
-                    len(observation.containers),
-                    "refused",
-                    f"{decision.action} to {to} wanted ({decision.reason}); refused: {exc}",
-                )
-            else:
-                self._count(f"autoscaler_{decision.action}")
-                self._hold_logged = None
-        self.decision, self._decided_at = decision, time.time()
-        if not decision.acts:
-            self._tell_hold(decision, observation.at)
-
-    def _tell_hold(self, decision: Decision, now: float) -> None:
-        """An event for a hold whose rule changed, at most every HOLD_EVENTS_EVERY_S."""
-        last = self._hold_logged
-        if last is not None and (last[0] == decision.rule or now - last[1] < HOLD_EVENTS_EVERY_S):
-            return
-        self.store.event(
-            "autoscale", detail=f"hold at {decision.target} ({decision.rule}): {decision.reason}"
-        )
-        self._hold_logged = (decision.rule, now)
+        return self.autoscaling.observe(self.model, self._task_lags(), self.shape.elasticity_factor)
 
     # 8. stop
 
@@ -1963,7 +1849,7 @@ class Supervisor:
                 model=self.model,
                 records=tuple(self._records.values()),
                 leases=dict(self._live),
-                rates={c: self._rate(c, now) for c in self._live},
+                rates={c: self.autoscaling.rate(c, now) for c in self._live},
                 causes=dict(self._causes),
                 start_failures=dict(self._start_failures),
                 terms=self.terms,
@@ -1982,10 +1868,10 @@ class Supervisor:
                 partitions_refused=self.partitions_refused,
                 growth=self._growth(),
                 partition_check_s=self.partition_check_s if self.watch is not None else None,
-                autoscaler=self.autoscaler,
-                capacity=self._policy.capacity,
-                decision=self.decision,
-                decided_at=self._decided_at,
+                autoscaler=self.autoscaling.config,
+                capacity=self.autoscaling.policy.capacity,
+                decision=self.autoscaling.decision,
+                decided_at=self.autoscaling.decided_at,
                 events=[e.__dict__ for e in self.store.events()],
                 counters=dict(self.counters),
             )
