@@ -40,7 +40,7 @@ The recipe, in small steps:
    restarted coordinator keeps a pin.
 7. **Move (KIP-441).** A stateful scale or a factor change first launches
    the new owners as warm-ups (``JobModel.warmups``) while the old owners run
-   every task; each tick, :meth:`Supervisor._advance_move` moves one group
+   every task; each tick, :meth:`.moves.Mover.advance` moves one group
    (warm-ups sharing an old owner) once the assignor's ``may_shut_down``
    lists all its old owners (:func:`.placement.may_shut_down`: every piece of state
    they hold has a ready warm-up): it stops the group's old owners, then, once they are
@@ -78,12 +78,10 @@ from spark_elastic.runtime.coordinator.changes import (
     refuse_cancel,
 )
 from spark_elastic.runtime.coordinator.launcher import Launcher
+from spark_elastic.runtime.coordinator.moves import MovePlan, Mover, factor_move, scale_move
 from spark_elastic.runtime.coordinator.placement import (
     initial_assignment,
-    may_shut_down,
-    model_factor,
     scale_assignment,
-    tasks_at_factor,
 )
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.coordinator.status import (
@@ -94,7 +92,7 @@ from spark_elastic.runtime.coordinator.status import (
     status_json,
 )
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
-from spark_elastic.runtime.keys import Holders, parsed
+from spark_elastic.runtime.keys import parsed
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -176,10 +174,6 @@ class JobShape:
             ``<root>/generations/<generation:06d>-<container_id>``.
         """
         return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
-
-
-def _change_of(kind: str, summary: str, **target: Any) -> tuple[str, str, dict[str, Any]]:
-    return kind, summary, dict(target)
 
 
 def _cause_of(reason: str) -> str:
@@ -343,10 +337,7 @@ class Supervisor:
         # Retired containers whose query has stopped (they said so): they write nothing any
         # more, though their processes are still on their way out.
         self._stopped: set[str] = set()
-        # The handover's first phase: warm-ups that said they caught up with their stopping
-        # old owners, and when (clock) the phase began (None: no group in it).
-        self._caught_up: set[str] = set()
-        self._catching_up_since: float | None = None
+        self.moves = Mover(self, shape.stateful, catch_up_s)
         # One coordinator per job: a second one is refused here, before it changes anything.
         claimed = store.epoch is None
         if claimed:
@@ -586,11 +577,6 @@ class Supervisor:
         """A new owner that, with warm-ups off, waits for its tasks to be handed over."""
         return not self.warm_ups and self.model.warmup(container_id) is not None
 
-    def _ready(self, container_id: str) -> bool:
-        """Whether a new owner may take its tasks: warm, or cold (never launched)."""
-        record = self._records[container_id]
-        return record.state == "warm" or (self._cold(container_id) and record.pid is None)
-
     def _waits(self, record: ContainerRecord) -> bool:
         """Whether a predecessor retired by a handover may still write."""
         return any(self._records[old].checkpoint in record.sources for old in self._may_write())
@@ -691,7 +677,7 @@ class Supervisor:
         """
         reply = self._reply(container_id)
         if reply.alive and caught_up and self.model.warmup(container_id) is not None:
-            self._caught_up.add(container_id)
+            self.moves.caught_up(container_id)
         if reply.alive and stopped and container_id in self._retired:
             self._stopped.add(container_id)
         return reply
@@ -817,7 +803,7 @@ class Supervisor:
                 return
         self._reap_retired()
         self._advance_growth()
-        self._advance_move()
+        self.moves.advance()
         self._settle_change()
         self.launch_pending()
         if self.autoscaler.mode != "off":
@@ -1099,8 +1085,7 @@ class Supervisor:
             self.store.add_event(db, kind, detail=summary)
         for container_id in warmups:
             self._doom(container_id, "cancelled")
-        self._caught_up.clear()
-        self._catching_up_since = None
+        self.moves.call_off()
         self.model = model
         return summary
 
@@ -1187,7 +1172,7 @@ class Supervisor:
         A stateful job moves as KIP-441 does: the successors are launched
         first, as *warm-ups* (``JobModel.warmups``), while the old owners keep
         running every task. Once every warm-up is ready, the probing move
-        (:meth:`_advance_move`, on the ticks) stops the old owners at a batch
+        (:meth:`.moves.Mover.advance`, on the ticks) stops the old owners at a batch
         boundary and then hands each warm-up its tasks, with their committed
         state (a subset :func:`~spark_elastic.rescale` of the old owners'
         checkpoints, in the warm-up's own Spark application).
@@ -1229,7 +1214,9 @@ class Supervisor:
         new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
         owner = {t: c for c in current for t in c.tasks}
         if self.shape.stateful:
-            return self._warm_up(current, new_sets, len(kept), len(moved), reason, containers)
+            return self._start_move(
+                scale_move(len(current), containers, new_sets, len(kept), len(moved)), reason
+            )
         with self.store.transaction() as db:
             successors = [
                 self._new_container(
@@ -1271,250 +1258,11 @@ class Supervisor:
         self.autoscaling.start_cool_down()
         return summary
 
-    def _warm_up(
-        self,
-        current: Sequence[ContainerModel],
-        new_sets: Sequence[tuple[str, ...]],
-        kept: int,
-        moved: int,
-        reason: str,
-        containers: int,
-    ) -> str:
-        """Launch the successors of a stateful scale as warm-ups; the old owners keep running."""
-        return self._start_move(
-            _change_of(
-                "scale", f"{len(current)} -> {containers} containers", containers=containers
-            ),
-            new_sets,
-            lambda warmups, version: (
-                f"{len(current)} -> {kept + warmups} containers: {kept} keep their tasks, "
-                f"{moved} will hand over to {warmups} new ones, which warm up first while "
-                f"the old owners keep running (job model {version})"
-            ),
-            reason,
-        )
-
-    def _start_move(
-        self,
-        what: tuple[str, str, dict[str, Any]],
-        sets: Sequence[tuple[str, ...]],
-        describe: Callable[[int, int], str],
-        reason: str,
-    ) -> str:
-        """Add a warm-up per non-empty task set to the job model; its event says ``describe``.
-
-        ``what`` is the change's kind, summary and target.
-        """
-        with self.store.transaction() as db:
-            warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
-            self._mark_move(db, warmups)
-            model = self._next_model(db, warmups=warmups)
-            kind, title, target = what
-            self._begin_change(db, kind, title, target, WARMING, len(self._move_groups(model)))
-            summary = describe(len(warmups), model.version)
-            if reason:
-                self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
-            else:
-                self.store.add_event(db, "scale", detail=summary)
-        self.model = model
+    def _start_move(self, plan: MovePlan, reason: str) -> str:
+        summary = self.moves.start(plan, reason)
         # Any change, a person's too, starts the autoscaler's cool-down.
         self.autoscaling.start_cool_down()
         return summary
-
-    def _mark_move(self, db: Any, warmups: Sequence[ContainerModel]) -> None:
-        """Remember where this move's generations start (its new owners are from there on)."""
-        if warmups:
-            self.store.set_meta(db, "moveFrom", str(min(w.generation for w in warmups)))
-
-    def _move_groups(
-        self, model: JobModel | None = None
-    ) -> list[tuple[list[ContainerModel], list[ContainerModel]]]:
-        """The pending move in groups that move together: (warm-ups, the owners they take from).
-
-        Warm-ups that take tasks from a common owner share a group (that owner
-        stops once for all of them); owners hand all their tasks over. Groups
-        are in order of their first warm-up's id, and move one at a time, so
-        the rest of the job keeps running.
-        """
-        model = model or self.model
-        holders = Holders(model.containers)
-        by_id = {c.container_id: c for c in model.containers}
-        groups: list[tuple[set[str], set[str]]] = []
-        for warm in model.warmups:
-            owners = holders.of(warm.tasks)
-            joined = [g for g in groups if g[1] & owners]
-            merged = ({warm.container_id}, set(owners))
-            for g in joined:
-                merged[0].update(g[0])
-                merged[1].update(g[1])
-                groups.remove(g)
-            groups.append(merged)
-        warm_by_id = {w.container_id: w for w in model.warmups}
-        ordered = sorted(groups, key=lambda g: min(g[0]))
-        return [
-            ([warm_by_id[w] for w in sorted(ws)], [by_id[o] for o in sorted(os_)])
-            for ws, os_ in ordered
-        ]
-
-    def _advance_move(self) -> None:
-        """KIP-441's probing move, one group at a time once its warm-ups are ready.
-
-        Per group, three phases, each derived from the store, so a restarted
-        coordinator resumes where the last one was: warm-ups starting (wait);
-        the assignor lets the group's old owners shut down (every piece of
-        state they hold has a ready warm-up: stop them; they finish their
-        batch and exit); old owners stopped (their queries, as they say, or their
-        processes) or their leases out (the warm-ups own the tasks, from the
-        old owners' committed checkpoints). A group in its
-        last phase goes first; no other group starts moving meanwhile, nor
-        until the new owners of the groups before it have reported progress
-        (their queries run), so the job as a whole never stops at once.
-        """
-        groups = self._move_groups()
-        if not groups:
-            return
-        moving = [
-            g for g in groups if any(self._records[o.container_id].state == "retired" for o in g[1])
-        ]
-        if moving:
-            warmups, owners = moving[0]
-            if any(self._records[o.container_id].state != "retired" for o in owners):
-                self._stop_owners(warmups, owners)  # a restart between the two transactions
-                return
-            writing = self._may_write()
-            if not any(o.container_id in writing for o in owners):
-                self._hand_to(warmups, owners)
-            return
-        ready = next((g for g in groups if self._owners_may_shut_down(*g)), None)
-        if (
-            ready is not None
-            and not self._new_owners_starting(groups)
-            and self._warm_ups_caught_up(*ready)
-        ):
-            self._stop_owners(*ready)
-
-    def _owners_may_shut_down(
-        self, warmups: list[ContainerModel], owners: list[ContainerModel]
-    ) -> bool:
-        """Whether KIP-441's assignor lets every old owner of a group shut down now."""
-        ready = {w.container_id for w in warmups if self._ready(w.container_id)}
-        allowed = may_shut_down(warmups, owners, ready)
-        return all(o.container_id in allowed for o in owners)
-
-    def _new_owners_starting(
-        self, groups: list[tuple[list[ContainerModel], list[ContainerModel]]]
-    ) -> list[str]:
-        """New owners of this move's earlier groups that have not reported progress yet."""
-        since = int(self.store.meta("moveFrom") or 0)
-        leaving = {o.container_id for _, owners in groups for o in owners}
-        reported = self.store.throughput()
-        return [
-            c.container_id
-            for c in self.model.containers
-            if c.generation >= since
-            and c.container_id not in leaving
-            and c.container_id not in reported
-        ]
-
-    def _warm_ups_caught_up(
-        self, warmups: list[ContainerModel], owners: list[ContainerModel]
-    ) -> bool:
-        """The handover's first phase: whether a ready group's old owners may stop now.
-
-        The job model first lists the old owners under ``stopping`` (they
-        keep running). A replaying warm-up then follows them until its query
-        keeps pace with them and is past its slow first batches
-        (``_Replayer.caught_up`` in the container), stops raising its gate,
-        applies what is below it and says it has caught up; the owners stop
-        once every warm-up of the
-        group has said so, or ``catch_up_s`` after the listing. So the
-        warm-ups' queries wait at their gates when the owners' last batch
-        commits: their first batch as owners publishes.
-        A cold new owner (never launched) has nothing to catch up, nor has a
-        stateless job's: it follows no state, so waiting for it would only
-        hold the move for ``catch_up_s`` per group.
-        """
-        ids = {o.container_id for o in owners}
-        now = self.clock()
-        if not ids <= set(self.model.stopping):
-            stopping = tuple(sorted({*self.model.stopping, *ids}))
-            with self.store.transaction() as db:
-                model = self._next_model(db, stopping=stopping)
-                self.store.add_event(
-                    db,
-                    "move",
-                    detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: "
-                    f"they catch up with {', '.join(sorted(ids))} (job model {model.version})",
-                )
-                self._phase(db, CATCHING_UP)
-            self.model = model
-            self._caught_up.clear()
-            self._catching_up_since = now
-            return False
-        if self._catching_up_since is None:  # listed by a coordinator before a restart
-            self._catching_up_since = now
-        caught = not self.shape.stateful or all(
-            w.container_id in self._caught_up or self._cold(w.container_id) for w in warmups
-        )
-        return caught or now > self._catching_up_since + self.catch_up_s
-
-    def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
-        running = [self._records[o.container_id] for o in owners]
-        running = [r for r in running if r.state != "retired"]
-        # The job model lists them as stopping already (_warm_ups_caught_up did, first).
-        self._catching_up_since = None
-        with self.store.transaction() as db:
-            for record in running:
-                self.store.update_container(db, record.id, state="retired", ended_at=time.time())
-            self.store.add_event(
-                db,
-                "move",
-                detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
-                f"{', '.join(r.id for r in running)} at a batch boundary",
-            )
-            self._phase(db, HANDING_OVER)
-        self._retire(running)
-
-    def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
-        holders = Holders(owners)
-        taking = []
-        with self.store.transaction() as db:
-            for warm in warmups:
-                previous = sorted(holders.of(warm.tasks))
-                sources = tuple(
-                    dict.fromkeys(
-                        src for o in previous for src in self._sources_of(self._records[o])
-                    )
-                )
-                taking.append(replace(warm, sources=sources))
-                # A cold new owner launches now, as any successor does.
-                state = (
-                    "running" if self._records[warm.container_id].state == "warm" else "launching"
-                )
-                self.store.update_container(db, warm.container_id, state=state, sources=sources)
-                self.store.add_event(
-                    db,
-                    "move",
-                    warm.container_id,
-                    f"takes {len(warm.tasks)} tasks of {', '.join(previous)}",
-                )
-            gone = {c.container_id for c in owners}
-            took = {w.container_id for w in warmups}
-            staying = [c for c in self.model.containers if c.container_id not in gone]
-            left = tuple(w for w in self.model.warmups if w.container_id not in took)
-            model = self._next_model(
-                db,
-                containers=[*staying, *taking],
-                warmups=left,
-                elasticity_factor=model_factor(self.model, [*staying, *taking], left),
-                stopping=tuple(c for c in self.model.stopping if c not in gone),
-            )
-            if self.change is not None:
-                self._save_change(db, self.change.group_moved(time.time()))
-        for warm in taking:
-            state = "running" if self._records[warm.container_id].state == "warm" else "launching"
-            self._set(warm.container_id, state=state, sources=warm.sources)
-        self.model = model
 
     def change_factor(self, factor: int, reason: str = "") -> str:
         """Run the job at elasticity factor ``factor`` from now on, one container at a time.
@@ -1522,7 +1270,7 @@ class Supervisor:
         Each container gets a warm-up that will own its keys at the new factor
         (a split gives it its tasks' children; a merge gives each parent to
         the first container, by generation, that holds one of its children).
-        The move then goes group by group (:meth:`_advance_move`): a group's
+        The move then goes group by group (:meth:`.moves.Mover.advance`): a group's
         old owners stop at a batch boundary, and its warm-ups rescale their
         committed checkpoints to the new factor and start, while the rest of
         the job keeps running. Between groups the job runs at both factors,
@@ -1560,15 +1308,7 @@ class Supervisor:
         old = self.model.elasticity_factor
         if factor == old:
             return f"already at elasticity factor {factor}: nothing to do"
-        return self._start_move(
-            _change_of("factor", f"elasticity factor {old} -> {factor}", elasticityFactor=factor),
-            tasks_at_factor(current, factor),
-            lambda warmups, version: (
-                f"elasticity factor {old} -> {factor}: {warmups} containers warm up to take "
-                f"over from {len(current)}, one group at a time (job model {version})"
-            ),
-            reason,
-        )
+        return self._start_move(factor_move(old, factor, current), reason)
 
     def _refuse_if_busy(self) -> None:
         if self._job_state["state"] != "running":
