@@ -3,7 +3,8 @@
 Owns: :mod:`.supervisor` (the state machine: plan once, leases, failover
 into a new generation, re-adoption after a restart, growth, scale and
 factor changes), :mod:`.moves` (KIP-441's moves through warm-ups, one group
-at a time), :mod:`.status` (what the status
+at a time), :mod:`.partitions` (SEP-5's partition monitor, a growth's drain and
+handover, the consumer group view), :mod:`.status` (what the status
 shows, as pure functions of what the supervisor knows), :mod:`.placement`
 (which container runs which tasks, as pure functions), :mod:`.launcher`
 (how containers are started and stopped: the ``Launcher`` protocol and

@@ -14,12 +14,12 @@ one was.
 
 The steps write through the supervisor's own primitives (a new container,
 the next job model version, the change's phase, retiring containers), which
-it hands in as a :class:`MoveHost`: here are the order of the steps and what
+it hands in as a :class:`ChangeHost`: here are the order of the steps and what
 a move remembers between ticks, not the job model's bookkeeping.
 
 May import: :mod:`.changes`, :mod:`.placement`, :mod:`.registry`, the shared
 runtime modules and the standard library. Never :mod:`.supervisor`: it
-hands itself in as a :class:`MoveHost`.
+hands itself in as a :class:`ChangeHost`.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.keys import Holders
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 
-__all__ = ["MoveHost", "MovePlan", "Mover", "factor_move", "move_groups", "scale_move"]
+__all__ = ["ChangeHost", "MovePlan", "Mover", "factor_move", "move_groups", "scale_move"]
 
 Group = tuple[list[ContainerModel], list[ContainerModel]]
 """Warm-ups that move together, and the old owners they take from."""
 
 
-class MoveHost(Protocol):
-    """What a move's steps need of the supervisor (:class:`.Supervisor` is one).
+class ChangeHost(Protocol):
+    """What a change's steps (a move's, a growth's) need of the supervisor, which is one.
 
     Its store, its job model (which a step replaces), the change in flight,
     and the primitives every change is written with; they are the
@@ -118,6 +118,10 @@ class MoveHost(Protocol):
 
     def _may_write(self) -> list[str]:
         """Retired containers that may still write."""
+        ...
+
+    def _count(self, name: str) -> None:
+        """Count one more of ``name`` (the coordinator's counters)."""
         ...
 
 
@@ -253,7 +257,7 @@ class Mover:
         stopping, for its warm-ups to say they caught up.
     """
 
-    def __init__(self, host: MoveHost, stateful: bool, catch_up_s: float) -> None:
+    def __init__(self, host: ChangeHost, stateful: bool, catch_up_s: float) -> None:
         self.host = host
         self.stateful = stateful
         self.catch_up_s = catch_up_s

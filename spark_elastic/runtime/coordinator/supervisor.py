@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
 from spark_elastic.model.names import TaskKind, validate_elasticity_factor
@@ -68,7 +68,6 @@ from spark_elastic.runtime.coordinator.autoscaler import (
 from spark_elastic.runtime.coordinator.autoscaling import Autoscaling
 from spark_elastic.runtime.coordinator.changes import (
     CATCHING_UP,
-    DRAINING,
     HANDING_OVER,
     WARMING,
     Change,
@@ -79,6 +78,12 @@ from spark_elastic.runtime.coordinator.changes import (
 )
 from spark_elastic.runtime.coordinator.launcher import Launcher
 from spark_elastic.runtime.coordinator.moves import MovePlan, Mover, factor_move, scale_move
+from spark_elastic.runtime.coordinator.partitions import (
+    GROUP_COMMIT_S,
+    PartitionMonitor,
+    PartitionWatch,
+    task_partitions,
+)
 from spark_elastic.runtime.coordinator.placement import (
     initial_assignment,
     scale_assignment,
@@ -91,7 +96,7 @@ from spark_elastic.runtime.coordinator.status import (
     job_status,
     status_json,
 )
-from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
+from spark_elastic.runtime.growth import judge_counts
 from spark_elastic.runtime.keys import parsed
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
@@ -116,9 +121,6 @@ __all__ = [
 ]
 
 Clock = Callable[[], float]
-
-GROUP_COMMIT_S = 5.0
-"""How often the job's consumer group may show new progress (a Kafka OffsetCommit each)."""
 
 
 @dataclass(frozen=True)
@@ -183,31 +185,6 @@ def _cause_of(reason: str) -> str:
 
 def _sorted(containers: Sequence[ContainerModel]) -> tuple[ContainerModel, ...]:
     return tuple(sorted(containers, key=lambda c: c.container_id))
-
-
-def _offsets_text(offsets: Mapping[str, Mapping[int, int]]) -> str:
-    return json.dumps({t: {str(p): o for p, o in sorted(ps.items())} for t, ps in offsets.items()})
-
-
-class PartitionWatch(Protocol):
-    """Where the coordinator reads its inputs' partitions (the embedded log or Kafka)."""
-
-    def partition_counts(self) -> Mapping[str, int]:
-        """``{topic: partitions}`` now."""
-        ...
-
-    def end_offsets(self, topic: str) -> Mapping[int, int]:
-        """``{partition: end offset}`` of ``topic`` now."""
-        ...
-
-    @property
-    def group_view(self) -> bool:
-        """Whether :meth:`commit_group_offsets` shows progress anywhere (Kafka: yes)."""
-        ...
-
-    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
-        """Show ``{topic: {partition: next offset}}`` as consumer group ``group``'s commits."""
-        ...
 
 
 @dataclass
@@ -321,14 +298,7 @@ class Supervisor:
         self.counters: dict[str, int] = {}
         self._live: dict[str, _Live] = {}
         self._records: dict[str, ContainerRecord] = {}
-        self.watch = watch
-        self.partition_check_s = partition_check_s
-        self._next_check = clock() + partition_check_s
-        self.partitions_seen: dict[str, int] = {}
-        self.partitions_refused = ""
-        # The consumer group view of progress (Kafka's own lag tools): what was last shown.
-        self._group_shown: dict[str, dict[int, int]] = {}
-        self._next_group_commit = clock()
+        self.partitions = PartitionMonitor(self, watch, partition_check_s, shape.grouper)
         # Predecessors a successor waits for: retired id -> when its lease was last renewed.
         self._retired: dict[str, float] = {}
         # Retired containers finishing their batch in flight: id -> until when (clock) their
@@ -802,7 +772,7 @@ class Supervisor:
             if self._job_state["state"] != "running":
                 return
         self._reap_retired()
-        self._advance_growth()
+        self.partitions.advance()
         self.moves.advance()
         self._settle_change()
         self.launch_pending()
@@ -814,6 +784,11 @@ class Supervisor:
 
     # 5. partitions (SEP-5)
 
+    @property
+    def watch(self) -> PartitionWatch | None:
+        """Where the inputs' partitions are read (None: no monitor)."""
+        return self.partitions.watch
+
     def partition_check_due(self) -> bool:
         """Whether the monitor should look at the inputs now (the server asks each tick).
 
@@ -823,10 +798,7 @@ class Supervisor:
             True once per ``partition_check_s`` while a watch is set and no
             growth is under way.
         """
-        if self.watch is None or self.change is not None or self.clock() < self._next_check:
-            return False
-        self._next_check = self.clock() + self.partition_check_s
-        return True
+        return self.partitions.check_due()
 
     def group_offsets_due(self) -> dict[str, dict[int, int]] | None:
         """What the job's consumer group should show now, if it is due and has moved.
@@ -838,28 +810,15 @@ class Supervisor:
         Returns
         -------
         dict or None
-            ``{topic: {partition: next offset}}`` (see :func:`group_offsets`),
+            ``{topic: {partition: next offset}}`` (see :func:`.status.group_offsets`),
             or None: no view for this input, not due yet (every
-            :data:`GROUP_COMMIT_S`), or nothing moved since the last commit.
+            :data:`.partitions.GROUP_COMMIT_S`), or nothing moved since the last commit.
         """
-        if self.watch is None or not getattr(self.watch, "group_view", False):
-            return None
-        if self.clock() < self._next_group_commit:
-            return None
-        self._next_group_commit = self.clock() + GROUP_COMMIT_S
-        offsets = group_offsets(self._committed_offsets(), self._task_partitions())
-        return offsets if offsets and offsets != self._group_shown else None
-
-    def _committed_offsets(self) -> dict[str, dict[str, dict[int, int]]]:
-        """Each task's last reported commit: ``{task: {topic: {partition: next offset}}}``."""
-        return {
-            task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
-            for task, row in self.store.progress().items()
-        }
+        return self.partitions.group_offsets_due()
 
     def group_offsets_shown(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """The server committed ``offsets`` to the job's group: only a move commits again."""
-        self._group_shown = {t: dict(ps) for t, ps in offsets.items()}
+        self.partitions.group_offsets_shown(offsets)
 
     def observe_partitions(
         self, counts: Mapping[str, int], ends: Mapping[str, Mapping[int, int]]
@@ -878,97 +837,7 @@ class Supervisor:
         str
             The verdict: ``"same"``, ``"growth"`` or ``"refused"``.
         """
-        check = judge_counts(self.model.planned, self.model.partitions, counts)
-        self.partitions_seen = dict(counts)
-        if check.verdict == "refused":
-            if check.reason != self.partitions_refused:
-                self.store.event("partitions", detail=f"not followed: {check.reason}")
-            self.partitions_refused = check.reason
-            return check.verdict
-        self.partitions_refused = ""
-        if check.verdict == "growth" and self._growth() is None:
-            # Everything the old partitions hold now goes before anything in the new ones.
-            barrier = {
-                topic: {p: int(o) for p, o in ends.get(topic, {}).items() if p < current}
-                for topic, current in self.model.partitions.items()
-                if counts[topic] != current
-            }
-            growth = {"counts": dict(counts), "barrier": barrier}
-            with self.store.transaction() as db:
-                self.store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
-                self._begin_change(
-                    db,
-                    "growth",
-                    f"partitions {dict(self.model.partitions)} -> {dict(counts)}",
-                    {"partitions": dict(counts)},
-                    DRAINING,
-                )
-                self.store.add_event(
-                    db,
-                    "partitions",
-                    detail=f"growth {dict(self.model.partitions)} -> {dict(counts)}: old "
-                    f"partitions drain to {_offsets_text(barrier)} before new ones are read",
-                )
-            self._count("partition_growths")
-        return check.verdict
-
-    def _growth(self) -> dict[str, Any] | None:
-        text = self.store.meta("growth")
-        return json.loads(text) if text else None
-
-    def _task_partitions(self) -> dict[str, dict[str, tuple[int, ...]]]:
-        plan = grown_plan(
-            self.shape.grouper,
-            self.model.elasticity_factor,
-            self.model.planned,
-            self.model.partitions,
-        )
-        names = plan.task_names()
-        result: dict[str, dict[str, tuple[int, ...]]] = {}
-        for i, name in enumerate(names):
-            topics: dict[str, list[int]] = {}
-            for ssp in plan.task(i).partitions:
-                topics.setdefault(ssp.stream, []).append(ssp.partition)
-            result[name] = {t: tuple(ps) for t, ps in topics.items()}
-        return result
-
-    def _advance_growth(self) -> None:
-        growth = self._growth()
-        if growth is None:
-            return
-        barrier = {t: {int(p): o for p, o in ps.items()} for t, ps in growth["barrier"].items()}
-        committed = self._committed_offsets()
-        if drained(barrier, committed, self._task_partitions()):
-            self._hand_over(dict(growth["counts"]))
-
-    def _hand_over(self, counts: dict[str, int]) -> None:
-        """Every container hands its tasks to a successor that also reads the new partitions.
-
-        The successors fork their predecessors' committed prefixes, as in a failover,
-        and start only once their predecessors have stopped (or their leases ran out).
-        """
-        old = [self._records[c.container_id] for c in self.model.containers]
-        with self.store.transaction() as db:
-            successors = [self._new_container(db, r.tasks, self._sources_of(r)) for r in old]
-            model = self._next_model(
-                db,
-                partitions=counts,
-                containers=successors,
-                planned_partitions=dict(self.model.planned),
-            )
-            self.store.set_meta(db, "growth", "")
-            self._phase(db, HANDING_OVER)
-            for record, new in zip(old, successors, strict=True):
-                self.store.update_container(db, record.id, state="retired", ended_at=time.time())
-                self.store.add_event(
-                    db,
-                    "handover",
-                    new.container_id,
-                    f"takes {len(record.tasks)} tasks of {record.id} with partitions "
-                    f"{counts}, job model {model.version}",
-                )
-        self._retire(old)
-        self.model = model
+        return self.partitions.observe(counts, ends)
 
     # the change in flight
 
@@ -1008,7 +877,7 @@ class Supervisor:
         stopping, and every container of the job model runs."""
         return (
             not self.model.warmups
-            and self._growth() is None
+            and self.partitions.growth() is None
             and not self._retired
             and all(self._records[c.container_id].state == "running" for c in self.model.containers)
         )
@@ -1600,14 +1469,14 @@ class Supervisor:
                 catch_up_s=self.catch_up_s,
                 lags=self._task_lags(),
                 progress=self.store.progress(),
-                task_partitions=self._task_partitions(),
+                task_partitions=task_partitions(self.shape.grouper, self.model),
                 throughput=throughput,
                 enforced=enforced,
                 time_ordered=self.shape.time_ordered,
-                partitions_seen=dict(self.partitions_seen),
-                partitions_refused=self.partitions_refused,
-                growth=self._growth(),
-                partition_check_s=self.partition_check_s if self.watch is not None else None,
+                partitions_seen=dict(self.partitions.seen),
+                partitions_refused=self.partitions.refused,
+                growth=self.partitions.growth(),
+                partition_check_s=self.partitions.check_s if self.watch is not None else None,
                 autoscaler=self.autoscaling.config,
                 capacity=self.autoscaling.policy.capacity,
                 decision=self.autoscaling.decision,
