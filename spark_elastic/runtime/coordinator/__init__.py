@@ -2,13 +2,18 @@
 
 Owns: :mod:`.supervisor` (the state machine: plan once, leases, failover
 into a new generation, re-adoption after a restart, growth, scale and
-factor changes, the autoscaler's actions, the status), :mod:`.placement`
+factor changes), :mod:`.moves` (KIP-441's moves through warm-ups, one group
+at a time), :mod:`.partitions` (SEP-5's partition monitor, a growth's drain and
+handover, the consumer group view), :mod:`.status` (what the status
+shows, as pure functions of what the supervisor knows), :mod:`.placement`
 (which container runs which tasks, as pure functions), :mod:`.launcher`
 (how containers are started and stopped: the ``Launcher`` protocol and
 local processes), :mod:`.registry` (the SQLite store of job model
 versions, containers, generations and events), :mod:`.server` (the HTTP
 API, status page and metrics), :mod:`.changes` (a change's phases and
-deadlines, pure) and :mod:`.autoscaler` (the autoscaler's policy, pure).
+deadlines, pure), :mod:`.autoscaler` (the autoscaler's policy, pure) and
+:mod:`.autoscaling` (the autoscaler in a running coordinator: its settings in
+the store, its state, the processing rates it judges, its actions).
 
 May import: the shared runtime modules (:mod:`spark_elastic.runtime.protocol`,
 :mod:`~spark_elastic.runtime.lease`, :mod:`~spark_elastic.runtime.job`,

@@ -34,12 +34,13 @@ The recipe, in small steps:
 6. **Autoscale.** Each tick, unless the autoscaler is off, the pure policy of
    :mod:`.autoscaler` judges each task's lag (from its current owner) and
    each container's processing rate (from its progress reports, as received)
-   and the supervisor carries out what it decides through :meth:`Supervisor.scale`;
-   a refusal (a change under way) becomes a hold. Its settings live in the
-   store, so a restarted coordinator keeps a pin.
+   and :class:`.autoscaling.Autoscaling` carries out what it decides through
+   :meth:`Supervisor.scale` or :meth:`Supervisor.change_factor`; a refusal (a
+   change under way) becomes a hold. Its settings live in the store, so a
+   restarted coordinator keeps a pin.
 7. **Move (KIP-441).** A stateful scale or a factor change first launches
    the new owners as warm-ups (``JobModel.warmups``) while the old owners run
-   every task; each tick, :meth:`Supervisor._advance_move` moves one group
+   every task; each tick, :meth:`.moves.Mover.advance` moves one group
    (warm-ups sharing an old owner) once the assignor's ``may_shut_down``
    lists all its old owners (:func:`.placement.may_shut_down`: every piece of state
    they hold has a ready warm-up): it stops the group's old owners, then, once they are
@@ -52,29 +53,21 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
 from spark_elastic.model.names import TaskKind, validate_elasticity_factor
 from spark_elastic.runtime.coordinator.autoscaler import (
-    HOLD,
     AutoscalerConfig,
-    ContainerLoad,
     Decision,
     Observation,
-    PolicyState,
-    TaskLoad,
-    acted,
-    evaluate,
-    processing_rate,
 )
+from spark_elastic.runtime.coordinator.autoscaling import Autoscaling
 from spark_elastic.runtime.coordinator.changes import (
     CATCHING_UP,
-    DRAINING,
     HANDING_OVER,
     WARMING,
     Change,
@@ -84,18 +77,27 @@ from spark_elastic.runtime.coordinator.changes import (
     refuse_cancel,
 )
 from spark_elastic.runtime.coordinator.launcher import Launcher
+from spark_elastic.runtime.coordinator.moves import MovePlan, Mover, factor_move, scale_move
+from spark_elastic.runtime.coordinator.partitions import (
+    GROUP_COMMIT_S,
+    PartitionMonitor,
+    PartitionWatch,
+    task_partitions,
+)
 from spark_elastic.runtime.coordinator.placement import (
     initial_assignment,
-    locality_key,
-    may_shut_down,
-    model_factor,
     scale_assignment,
-    task_share,
-    tasks_at_factor,
 )
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
-from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
-from spark_elastic.runtime.keys import Holders, parsed
+from spark_elastic.runtime.coordinator.status import (
+    Facts,
+    group_offsets,
+    input_lag,
+    job_status,
+    status_json,
+)
+from spark_elastic.runtime.growth import judge_counts
+from spark_elastic.runtime.keys import parsed
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
@@ -119,13 +121,6 @@ __all__ = [
 ]
 
 Clock = Callable[[], float]
-
-HOLD_EVENTS_EVERY_S = 30.0
-"""The autoscaler records a hold whose rule changed at most this often (actions always)."""
-RATE_HISTORY_S = 300.0
-"""How far back progress reports are kept for processing rates (at least the rate window)."""
-GROUP_COMMIT_S = 5.0
-"""How often the job's consumer group may show new progress (a Kafka OffsetCommit each)."""
 
 
 @dataclass(frozen=True)
@@ -183,10 +178,6 @@ class JobShape:
         return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
 
 
-def _change_of(kind: str, summary: str, **target: Any) -> tuple[str, str, dict[str, Any]]:
-    return kind, summary, dict(target)
-
-
 def _cause_of(reason: str) -> str:
     """A failure's cause without its figures, so that failures of one cause count together."""
     return "lease expired" if reason.startswith("lease expired") else reason
@@ -194,31 +185,6 @@ def _cause_of(reason: str) -> str:
 
 def _sorted(containers: Sequence[ContainerModel]) -> tuple[ContainerModel, ...]:
     return tuple(sorted(containers, key=lambda c: c.container_id))
-
-
-def _offsets_text(offsets: Mapping[str, Mapping[int, int]]) -> str:
-    return json.dumps({t: {str(p): o for p, o in sorted(ps.items())} for t, ps in offsets.items()})
-
-
-class PartitionWatch(Protocol):
-    """Where the coordinator reads its inputs' partitions (the embedded log or Kafka)."""
-
-    def partition_counts(self) -> Mapping[str, int]:
-        """``{topic: partitions}`` now."""
-        ...
-
-    def end_offsets(self, topic: str) -> Mapping[int, int]:
-        """``{partition: end offset}`` of ``topic`` now."""
-        ...
-
-    @property
-    def group_view(self) -> bool:
-        """Whether :meth:`commit_group_offsets` shows progress anywhere (Kafka: yes)."""
-        ...
-
-    def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
-        """Show ``{topic: {partition: next offset}}`` as consumer group ``group``'s commits."""
-        ...
 
 
 @dataclass
@@ -332,14 +298,7 @@ class Supervisor:
         self.counters: dict[str, int] = {}
         self._live: dict[str, _Live] = {}
         self._records: dict[str, ContainerRecord] = {}
-        self.watch = watch
-        self.partition_check_s = partition_check_s
-        self._next_check = clock() + partition_check_s
-        self.partitions_seen: dict[str, int] = {}
-        self.partitions_refused = ""
-        # The consumer group view of progress (Kafka's own lag tools): what was last shown.
-        self._group_shown: dict[str, dict[int, int]] = {}
-        self._next_group_commit = clock()
+        self.partitions = PartitionMonitor(self, watch, partition_check_s, shape.grouper)
         # Predecessors a successor waits for: retired id -> when its lease was last renewed.
         self._retired: dict[str, float] = {}
         # Retired containers finishing their batch in flight: id -> until when (clock) their
@@ -348,17 +307,7 @@ class Supervisor:
         # Retired containers whose query has stopped (they said so): they write nothing any
         # more, though their processes are still on their way out.
         self._stopped: set[str] = set()
-        # The handover's first phase: warm-ups that said they caught up with their stopping
-        # old owners, and when (clock) the phase began (None: no group in it).
-        self._caught_up: set[str] = set()
-        self._catching_up_since: float | None = None
-        # Progress reports as received: container -> (monotonic time, records processed).
-        self._reports: dict[str, deque[tuple[float, int]]] = {}
-        self._first_report: dict[str, float] = {}
-        self._policy = PolicyState()
-        self.decision: Decision | None = None
-        self._decided_at: float | None = None
-        self._hold_logged: tuple[str, float] | None = None
+        self.moves = Mover(self, shape.stateful, catch_up_s)
         # One coordinator per job: a second one is refused here, before it changes anything.
         claimed = store.epoch is None
         if claimed:
@@ -371,7 +320,7 @@ class Supervisor:
             self.change = self._load_change()
             # Containers that committed before a restart are past their start.
             self._committed = set(self.store.throughput())
-            self.autoscaler = self._load_autoscaler(autoscaler)
+            self.autoscaling = Autoscaling.load(store, clock, autoscaler, self._task_count())
         except BaseException:
             if claimed:
                 store.release()
@@ -598,11 +547,6 @@ class Supervisor:
         """A new owner that, with warm-ups off, waits for its tasks to be handed over."""
         return not self.warm_ups and self.model.warmup(container_id) is not None
 
-    def _ready(self, container_id: str) -> bool:
-        """Whether a new owner may take its tasks: warm, or cold (never launched)."""
-        record = self._records[container_id]
-        return record.state == "warm" or (self._cold(container_id) and record.pid is None)
-
     def _waits(self, record: ContainerRecord) -> bool:
         """Whether a predecessor retired by a handover may still write."""
         return any(self._records[old].checkpoint in record.sources for old in self._may_write())
@@ -703,7 +647,7 @@ class Supervisor:
         """
         reply = self._reply(container_id)
         if reply.alive and caught_up and self.model.warmup(container_id) is not None:
-            self._caught_up.add(container_id)
+            self.moves.caught_up(container_id)
         if reply.alive and stopped and container_id in self._retired:
             self._stopped.add(container_id)
         return reply
@@ -776,39 +720,10 @@ class Supervisor:
                     f"{strangers[0]!r}, which it does not own"
                 )
             self.store.save_progress(report)
-            self._keep_report(report)
+            self.autoscaling.keep_report(report, self._live)
             self._committed.add(report.container_id)
             self._start_failures.pop(report.container_id, None)
         return reply
-
-    def _keep_report(self, report: ProgressReport) -> None:
-        now = self.clock()
-        for gone in [c for c in self._reports if c not in self._live]:
-            del self._reports[gone]
-            self._first_report.pop(gone, None)
-        self._first_report.setdefault(report.container_id, now)
-        reports = self._reports.setdefault(report.container_id, deque())
-        reports.append((now, report.records_processed))
-        horizon = now - max(RATE_HISTORY_S, self.autoscaler.rate_window_s)
-        while reports and reports[0][0] < horizon:
-            reports.popleft()
-
-    def _rate(self, container_id: str, now: float) -> float | None:
-        return processing_rate(
-            self._first_report.get(container_id),
-            tuple(self._reports.get(container_id, ())),
-            now,
-            self.autoscaler.rate_window_s,
-        )
-
-    def _partitions_of(self, progress: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-        """Each task's partitions, as its owner reported them, else as the job model plans them."""
-        planned = self._task_partitions()
-        result = {}
-        for task in self.model.owner_of():
-            offsets = progress.get(task, {}).get("offsets") or planned.get(task, {})
-            result[task] = frozenset(f"{t}/{p}" for t, ps in offsets.items() for p in ps)
-        return result
 
     def _task_lags(self) -> dict[str, int]:
         """Each task's lag as its current owner reported it; -1 until the owner reports
@@ -857,19 +772,22 @@ class Supervisor:
             if self._job_state["state"] != "running":
                 return
         self._reap_retired()
-        self._advance_growth()
-        self._advance_move()
+        self.partitions.advance()
+        self.moves.advance()
         self._settle_change()
         self.launch_pending()
         if self.autoscaler.mode != "off":
             try:
-                self._autoscale()
+                self.autoscaling.decide(self.observe_load(), self, self._count)
             except Exception as exc:  # an optional policy must never stop leases and failovers
-                decision = Decision(HOLD, len(self.model.containers), "error", f"failed: {exc!r}")
-                self.decision, self._decided_at = decision, time.time()
-                self._tell_hold(decision, self.clock())
+                self.autoscaling.failed(exc, len(self.model.containers))
 
     # 5. partitions (SEP-5)
+
+    @property
+    def watch(self) -> PartitionWatch | None:
+        """Where the inputs' partitions are read (None: no monitor)."""
+        return self.partitions.watch
 
     def partition_check_due(self) -> bool:
         """Whether the monitor should look at the inputs now (the server asks each tick).
@@ -880,10 +798,7 @@ class Supervisor:
             True once per ``partition_check_s`` while a watch is set and no
             growth is under way.
         """
-        if self.watch is None or self.change is not None or self.clock() < self._next_check:
-            return False
-        self._next_check = self.clock() + self.partition_check_s
-        return True
+        return self.partitions.check_due()
 
     def group_offsets_due(self) -> dict[str, dict[int, int]] | None:
         """What the job's consumer group should show now, if it is due and has moved.
@@ -895,28 +810,15 @@ class Supervisor:
         Returns
         -------
         dict or None
-            ``{topic: {partition: next offset}}`` (see :func:`group_offsets`),
+            ``{topic: {partition: next offset}}`` (see :func:`.status.group_offsets`),
             or None: no view for this input, not due yet (every
-            :data:`GROUP_COMMIT_S`), or nothing moved since the last commit.
+            :data:`.partitions.GROUP_COMMIT_S`), or nothing moved since the last commit.
         """
-        if self.watch is None or not getattr(self.watch, "group_view", False):
-            return None
-        if self.clock() < self._next_group_commit:
-            return None
-        self._next_group_commit = self.clock() + GROUP_COMMIT_S
-        offsets = group_offsets(self._committed_offsets(), self._task_partitions())
-        return offsets if offsets and offsets != self._group_shown else None
-
-    def _committed_offsets(self) -> dict[str, dict[str, dict[int, int]]]:
-        """Each task's last reported commit: ``{task: {topic: {partition: next offset}}}``."""
-        return {
-            task: {t: {int(p): o for p, o in ps.items()} for t, ps in row["offsets"].items()}
-            for task, row in self.store.progress().items()
-        }
+        return self.partitions.group_offsets_due()
 
     def group_offsets_shown(self, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """The server committed ``offsets`` to the job's group: only a move commits again."""
-        self._group_shown = {t: dict(ps) for t, ps in offsets.items()}
+        self.partitions.group_offsets_shown(offsets)
 
     def observe_partitions(
         self, counts: Mapping[str, int], ends: Mapping[str, Mapping[int, int]]
@@ -935,97 +837,7 @@ class Supervisor:
         str
             The verdict: ``"same"``, ``"growth"`` or ``"refused"``.
         """
-        check = judge_counts(self.model.planned, self.model.partitions, counts)
-        self.partitions_seen = dict(counts)
-        if check.verdict == "refused":
-            if check.reason != self.partitions_refused:
-                self.store.event("partitions", detail=f"not followed: {check.reason}")
-            self.partitions_refused = check.reason
-            return check.verdict
-        self.partitions_refused = ""
-        if check.verdict == "growth" and self._growth() is None:
-            # Everything the old partitions hold now goes before anything in the new ones.
-            barrier = {
-                topic: {p: int(o) for p, o in ends.get(topic, {}).items() if p < current}
-                for topic, current in self.model.partitions.items()
-                if counts[topic] != current
-            }
-            growth = {"counts": dict(counts), "barrier": barrier}
-            with self.store.transaction() as db:
-                self.store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
-                self._begin_change(
-                    db,
-                    "growth",
-                    f"partitions {dict(self.model.partitions)} -> {dict(counts)}",
-                    {"partitions": dict(counts)},
-                    DRAINING,
-                )
-                self.store.add_event(
-                    db,
-                    "partitions",
-                    detail=f"growth {dict(self.model.partitions)} -> {dict(counts)}: old "
-                    f"partitions drain to {_offsets_text(barrier)} before new ones are read",
-                )
-            self._count("partition_growths")
-        return check.verdict
-
-    def _growth(self) -> dict[str, Any] | None:
-        text = self.store.meta("growth")
-        return json.loads(text) if text else None
-
-    def _task_partitions(self) -> dict[str, dict[str, tuple[int, ...]]]:
-        plan = grown_plan(
-            self.shape.grouper,
-            self.model.elasticity_factor,
-            self.model.planned,
-            self.model.partitions,
-        )
-        names = plan.task_names()
-        result: dict[str, dict[str, tuple[int, ...]]] = {}
-        for i, name in enumerate(names):
-            topics: dict[str, list[int]] = {}
-            for ssp in plan.task(i).partitions:
-                topics.setdefault(ssp.stream, []).append(ssp.partition)
-            result[name] = {t: tuple(ps) for t, ps in topics.items()}
-        return result
-
-    def _advance_growth(self) -> None:
-        growth = self._growth()
-        if growth is None:
-            return
-        barrier = {t: {int(p): o for p, o in ps.items()} for t, ps in growth["barrier"].items()}
-        committed = self._committed_offsets()
-        if drained(barrier, committed, self._task_partitions()):
-            self._hand_over(dict(growth["counts"]))
-
-    def _hand_over(self, counts: dict[str, int]) -> None:
-        """Every container hands its tasks to a successor that also reads the new partitions.
-
-        The successors fork their predecessors' committed prefixes, as in a failover,
-        and start only once their predecessors have stopped (or their leases ran out).
-        """
-        old = [self._records[c.container_id] for c in self.model.containers]
-        with self.store.transaction() as db:
-            successors = [self._new_container(db, r.tasks, self._sources_of(r)) for r in old]
-            model = self._next_model(
-                db,
-                partitions=counts,
-                containers=successors,
-                planned_partitions=dict(self.model.planned),
-            )
-            self.store.set_meta(db, "growth", "")
-            self._phase(db, HANDING_OVER)
-            for record, new in zip(old, successors, strict=True):
-                self.store.update_container(db, record.id, state="retired", ended_at=time.time())
-                self.store.add_event(
-                    db,
-                    "handover",
-                    new.container_id,
-                    f"takes {len(record.tasks)} tasks of {record.id} with partitions "
-                    f"{counts}, job model {model.version}",
-                )
-        self._retire(old)
-        self.model = model
+        return self.partitions.observe(counts, ends)
 
     # the change in flight
 
@@ -1065,7 +877,7 @@ class Supervisor:
         stopping, and every container of the job model runs."""
         return (
             not self.model.warmups
-            and self._growth() is None
+            and self.partitions.growth() is None
             and not self._retired
             and all(self._records[c.container_id].state == "running" for c in self.model.containers)
         )
@@ -1142,8 +954,7 @@ class Supervisor:
             self.store.add_event(db, kind, detail=summary)
         for container_id in warmups:
             self._doom(container_id, "cancelled")
-        self._caught_up.clear()
-        self._catching_up_since = None
+        self.moves.call_off()
         self.model = model
         return summary
 
@@ -1230,7 +1041,7 @@ class Supervisor:
         A stateful job moves as KIP-441 does: the successors are launched
         first, as *warm-ups* (``JobModel.warmups``), while the old owners keep
         running every task. Once every warm-up is ready, the probing move
-        (:meth:`_advance_move`, on the ticks) stops the old owners at a batch
+        (:meth:`.moves.Mover.advance`, on the ticks) stops the old owners at a batch
         boundary and then hands each warm-up its tasks, with their committed
         state (a subset :func:`~spark_elastic.rescale` of the old owners'
         checkpoints, in the warm-up's own Spark application).
@@ -1272,7 +1083,9 @@ class Supervisor:
         new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
         owner = {t: c for c in current for t in c.tasks}
         if self.shape.stateful:
-            return self._warm_up(current, new_sets, len(kept), len(moved), reason, containers)
+            return self._start_move(
+                scale_move(len(current), containers, new_sets, len(kept), len(moved)), reason
+            )
         with self.store.transaction() as db:
             successors = [
                 self._new_container(
@@ -1311,253 +1124,14 @@ class Supervisor:
         self._retire([self._records[c.container_id] for c in moved])
         self.model = model
         # Any change of the count, a person's too, starts the autoscaler's cool-down.
-        self._policy = acted(self._policy, self.clock())
+        self.autoscaling.start_cool_down()
         return summary
 
-    def _warm_up(
-        self,
-        current: Sequence[ContainerModel],
-        new_sets: Sequence[tuple[str, ...]],
-        kept: int,
-        moved: int,
-        reason: str,
-        containers: int,
-    ) -> str:
-        """Launch the successors of a stateful scale as warm-ups; the old owners keep running."""
-        return self._start_move(
-            _change_of(
-                "scale", f"{len(current)} -> {containers} containers", containers=containers
-            ),
-            new_sets,
-            lambda warmups, version: (
-                f"{len(current)} -> {kept + warmups} containers: {kept} keep their tasks, "
-                f"{moved} will hand over to {warmups} new ones, which warm up first while "
-                f"the old owners keep running (job model {version})"
-            ),
-            reason,
-        )
-
-    def _start_move(
-        self,
-        what: tuple[str, str, dict[str, Any]],
-        sets: Sequence[tuple[str, ...]],
-        describe: Callable[[int, int], str],
-        reason: str,
-    ) -> str:
-        """Add a warm-up per non-empty task set to the job model; its event says ``describe``.
-
-        ``what`` is the change's kind, summary and target.
-        """
-        with self.store.transaction() as db:
-            warmups = [self._new_container(db, tasks, ()) for tasks in sets if tasks]
-            self._mark_move(db, warmups)
-            model = self._next_model(db, warmups=warmups)
-            kind, title, target = what
-            self._begin_change(db, kind, title, target, WARMING, len(self._move_groups(model)))
-            summary = describe(len(warmups), model.version)
-            if reason:
-                self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
-            else:
-                self.store.add_event(db, "scale", detail=summary)
-        self.model = model
+    def _start_move(self, plan: MovePlan, reason: str) -> str:
+        summary = self.moves.start(plan, reason)
         # Any change, a person's too, starts the autoscaler's cool-down.
-        self._policy = acted(self._policy, self.clock())
+        self.autoscaling.start_cool_down()
         return summary
-
-    def _mark_move(self, db: Any, warmups: Sequence[ContainerModel]) -> None:
-        """Remember where this move's generations start (its new owners are from there on)."""
-        if warmups:
-            self.store.set_meta(db, "moveFrom", str(min(w.generation for w in warmups)))
-
-    def _move_groups(
-        self, model: JobModel | None = None
-    ) -> list[tuple[list[ContainerModel], list[ContainerModel]]]:
-        """The pending move in groups that move together: (warm-ups, the owners they take from).
-
-        Warm-ups that take tasks from a common owner share a group (that owner
-        stops once for all of them); owners hand all their tasks over. Groups
-        are in order of their first warm-up's id, and move one at a time, so
-        the rest of the job keeps running.
-        """
-        model = model or self.model
-        holders = Holders(model.containers)
-        by_id = {c.container_id: c for c in model.containers}
-        groups: list[tuple[set[str], set[str]]] = []
-        for warm in model.warmups:
-            owners = holders.of(warm.tasks)
-            joined = [g for g in groups if g[1] & owners]
-            merged = ({warm.container_id}, set(owners))
-            for g in joined:
-                merged[0].update(g[0])
-                merged[1].update(g[1])
-                groups.remove(g)
-            groups.append(merged)
-        warm_by_id = {w.container_id: w for w in model.warmups}
-        ordered = sorted(groups, key=lambda g: min(g[0]))
-        return [
-            ([warm_by_id[w] for w in sorted(ws)], [by_id[o] for o in sorted(os_)])
-            for ws, os_ in ordered
-        ]
-
-    def _advance_move(self) -> None:
-        """KIP-441's probing move, one group at a time once its warm-ups are ready.
-
-        Per group, three phases, each derived from the store, so a restarted
-        coordinator resumes where the last one was: warm-ups starting (wait);
-        the assignor lets the group's old owners shut down (every piece of
-        state they hold has a ready warm-up: stop them; they finish their
-        batch and exit); old owners stopped (their queries, as they say, or their
-        processes) or their leases out (the warm-ups own the tasks, from the
-        old owners' committed checkpoints). A group in its
-        last phase goes first; no other group starts moving meanwhile, nor
-        until the new owners of the groups before it have reported progress
-        (their queries run), so the job as a whole never stops at once.
-        """
-        groups = self._move_groups()
-        if not groups:
-            return
-        moving = [
-            g for g in groups if any(self._records[o.container_id].state == "retired" for o in g[1])
-        ]
-        if moving:
-            warmups, owners = moving[0]
-            if any(self._records[o.container_id].state != "retired" for o in owners):
-                self._stop_owners(warmups, owners)  # a restart between the two transactions
-                return
-            writing = self._may_write()
-            if not any(o.container_id in writing for o in owners):
-                self._hand_to(warmups, owners)
-            return
-        ready = next((g for g in groups if self._owners_may_shut_down(*g)), None)
-        if (
-            ready is not None
-            and not self._new_owners_starting(groups)
-            and self._warm_ups_caught_up(*ready)
-        ):
-            self._stop_owners(*ready)
-
-    def _owners_may_shut_down(
-        self, warmups: list[ContainerModel], owners: list[ContainerModel]
-    ) -> bool:
-        """Whether KIP-441's assignor lets every old owner of a group shut down now."""
-        ready = {w.container_id for w in warmups if self._ready(w.container_id)}
-        allowed = may_shut_down(warmups, owners, ready)
-        return all(o.container_id in allowed for o in owners)
-
-    def _new_owners_starting(
-        self, groups: list[tuple[list[ContainerModel], list[ContainerModel]]]
-    ) -> list[str]:
-        """New owners of this move's earlier groups that have not reported progress yet."""
-        since = int(self.store.meta("moveFrom") or 0)
-        leaving = {o.container_id for _, owners in groups for o in owners}
-        reported = self.store.throughput()
-        return [
-            c.container_id
-            for c in self.model.containers
-            if c.generation >= since
-            and c.container_id not in leaving
-            and c.container_id not in reported
-        ]
-
-    def _warm_ups_caught_up(
-        self, warmups: list[ContainerModel], owners: list[ContainerModel]
-    ) -> bool:
-        """The handover's first phase: whether a ready group's old owners may stop now.
-
-        The job model first lists the old owners under ``stopping`` (they
-        keep running). A replaying warm-up then follows them until its query
-        keeps pace with them and is past its slow first batches
-        (``_Replayer.caught_up`` in the container), stops raising its gate,
-        applies what is below it and says it has caught up; the owners stop
-        once every warm-up of the
-        group has said so, or ``catch_up_s`` after the listing. So the
-        warm-ups' queries wait at their gates when the owners' last batch
-        commits: their first batch as owners publishes.
-        A cold new owner (never launched) has nothing to catch up, nor has a
-        stateless job's: it follows no state, so waiting for it would only
-        hold the move for ``catch_up_s`` per group.
-        """
-        ids = {o.container_id for o in owners}
-        now = self.clock()
-        if not ids <= set(self.model.stopping):
-            stopping = tuple(sorted({*self.model.stopping, *ids}))
-            with self.store.transaction() as db:
-                model = self._next_model(db, stopping=stopping)
-                self.store.add_event(
-                    db,
-                    "move",
-                    detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: "
-                    f"they catch up with {', '.join(sorted(ids))} (job model {model.version})",
-                )
-                self._phase(db, CATCHING_UP)
-            self.model = model
-            self._caught_up.clear()
-            self._catching_up_since = now
-            return False
-        if self._catching_up_since is None:  # listed by a coordinator before a restart
-            self._catching_up_since = now
-        caught = not self.shape.stateful or all(
-            w.container_id in self._caught_up or self._cold(w.container_id) for w in warmups
-        )
-        return caught or now > self._catching_up_since + self.catch_up_s
-
-    def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
-        running = [self._records[o.container_id] for o in owners]
-        running = [r for r in running if r.state != "retired"]
-        # The job model lists them as stopping already (_warm_ups_caught_up did, first).
-        self._catching_up_since = None
-        with self.store.transaction() as db:
-            for record in running:
-                self.store.update_container(db, record.id, state="retired", ended_at=time.time())
-            self.store.add_event(
-                db,
-                "move",
-                detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
-                f"{', '.join(r.id for r in running)} at a batch boundary",
-            )
-            self._phase(db, HANDING_OVER)
-        self._retire(running)
-
-    def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
-        holders = Holders(owners)
-        taking = []
-        with self.store.transaction() as db:
-            for warm in warmups:
-                previous = sorted(holders.of(warm.tasks))
-                sources = tuple(
-                    dict.fromkeys(
-                        src for o in previous for src in self._sources_of(self._records[o])
-                    )
-                )
-                taking.append(replace(warm, sources=sources))
-                # A cold new owner launches now, as any successor does.
-                state = (
-                    "running" if self._records[warm.container_id].state == "warm" else "launching"
-                )
-                self.store.update_container(db, warm.container_id, state=state, sources=sources)
-                self.store.add_event(
-                    db,
-                    "move",
-                    warm.container_id,
-                    f"takes {len(warm.tasks)} tasks of {', '.join(previous)}",
-                )
-            gone = {c.container_id for c in owners}
-            took = {w.container_id for w in warmups}
-            staying = [c for c in self.model.containers if c.container_id not in gone]
-            left = tuple(w for w in self.model.warmups if w.container_id not in took)
-            model = self._next_model(
-                db,
-                containers=[*staying, *taking],
-                warmups=left,
-                elasticity_factor=model_factor(self.model, [*staying, *taking], left),
-                stopping=tuple(c for c in self.model.stopping if c not in gone),
-            )
-            if self.change is not None:
-                self._save_change(db, self.change.group_moved(time.time()))
-        for warm in taking:
-            state = "running" if self._records[warm.container_id].state == "warm" else "launching"
-            self._set(warm.container_id, state=state, sources=warm.sources)
-        self.model = model
 
     def change_factor(self, factor: int, reason: str = "") -> str:
         """Run the job at elasticity factor ``factor`` from now on, one container at a time.
@@ -1565,7 +1139,7 @@ class Supervisor:
         Each container gets a warm-up that will own its keys at the new factor
         (a split gives it its tasks' children; a merge gives each parent to
         the first container, by generation, that holds one of its children).
-        The move then goes group by group (:meth:`_advance_move`): a group's
+        The move then goes group by group (:meth:`.moves.Mover.advance`): a group's
         old owners stop at a batch boundary, and its warm-ups rescale their
         committed checkpoints to the new factor and start, while the rest of
         the job keeps running. Between groups the job runs at both factors,
@@ -1603,15 +1177,7 @@ class Supervisor:
         old = self.model.elasticity_factor
         if factor == old:
             return f"already at elasticity factor {factor}: nothing to do"
-        return self._start_move(
-            _change_of("factor", f"elasticity factor {old} -> {factor}", elasticityFactor=factor),
-            tasks_at_factor(current, factor),
-            lambda warmups, version: (
-                f"elasticity factor {old} -> {factor}: {warmups} containers warm up to take "
-                f"over from {len(current)}, one group at a time (job model {version})"
-            ),
-            reason,
-        )
+        return self._start_move(factor_move(old, factor, current), reason)
 
     def _refuse_if_busy(self) -> None:
         if self._job_state["state"] != "running":
@@ -1726,22 +1292,15 @@ class Supervisor:
     def _task_count(self) -> int:
         return sum(len(c.tasks) for c in self.model.containers)
 
-    def _load_autoscaler(self, given: AutoscalerConfig | None) -> AutoscalerConfig:
-        text = self.store.meta("autoscaler")
-        stored = AutoscalerConfig.from_json(json.loads(text)) if text else None
-        if given is None:
-            return stored or AutoscalerConfig()
-        given.check_against(self._task_count())
-        if given != stored:
-            self._save_autoscaler(given)
-        return given
+    @property
+    def autoscaler(self) -> AutoscalerConfig:
+        """The autoscaler's settings in force (:class:`.autoscaling.Autoscaling` keeps them)."""
+        return self.autoscaling.config
 
-    def _save_autoscaler(self, config: AutoscalerConfig) -> None:
-        with self.store.transaction() as db:
-            self.store.set_meta(db, "autoscaler", json.dumps(config.to_json(), sort_keys=True))
-            self.store.add_event(
-                db, "autoscale", detail=f"autoscaler {config.describe(self._task_count())}"
-            )
+    @property
+    def decision(self) -> Decision | None:
+        """The autoscaler's last decision, or None before its first."""
+        return self.autoscaling.decision
 
     def configure_autoscaler(self, changes: Mapping[str, Any]) -> str:
         """Turn the autoscaler on or off, pin it, or change its bounds (``POST /autoscaler``).
@@ -1763,20 +1322,7 @@ class Supervisor:
             An unknown key, a bad value, or bounds that contradict each other
             or the task count; nothing is changed.
         """
-        if not changes:
-            raise ArgumentError.invalid(
-                "autoscaler", "at least one setting to change", dict(changes)
-            )
-        config = self.autoscaler.updated(changes, task_count=self._task_count())
-        if config != self.autoscaler:
-            self._save_autoscaler(config)
-            self.autoscaler = config
-            # A new mode or new bounds: wishes start over and the next hold is told.
-            self._policy = PolicyState(
-                last_action_at=self._policy.last_action_at, capacity=self._policy.capacity
-            )
-            self._hold_logged = None
-        return config.describe(self._task_count())
+        return self.autoscaling.configure(changes, self._task_count())
 
     def observe_load(self) -> Observation:
         """What the autoscaler sees now: each task's lag, each container's rate.
@@ -1787,74 +1333,7 @@ class Supervisor:
             Containers oldest generation first (a scale-in retires the
             newest), tasks in (partition, bucket) order.
         """
-        now = self.clock()
-        owner = self.model.owner_of()
-        lags = self._task_lags()
-        return Observation(
-            now,
-            tuple(
-                ContainerLoad(c.container_id, self._rate(c.container_id, now))
-                for c in sorted(self.model.containers, key=lambda c: c.generation)
-            ),
-            tuple(
-                TaskLoad(t, owner[t], lags[t], task_share(t))
-                for t in sorted(owner, key=locality_key)
-            ),
-            self.model.elasticity_factor,
-            self.shape.elasticity_factor,
-        )
-
-    def _autoscale(self) -> None:
-        observation = self.observe_load()
-        evaluation = evaluate(self.autoscaler, self._policy, observation)
-        self._policy = evaluation.state
-        decision = evaluation.decision
-        if decision.acts:
-            to = f"factor {decision.factor}" if decision.factor is not None else decision.target
-            wanted = f"autoscaler {decision.action} to {to}: {decision.reason}"
-            try:
-                if decision.factor is not None:
-                    self.change_factor(decision.factor, reason=wanted)
-                else:
-                    self.scale(decision.target, reason=wanted)
-            except ChangeRefusedError as exc:
-                # Not an error loop: a hold that says why, told once (the rule stays "refused").
-                decision = Decision(
-                    HOLD,
-                    len(observation.containers),
-                    "refused",
-                    f"{decision.action} to {to} wanted ({decision.reason}); refused: {exc}",
-                )
-            else:
-                self._count(f"autoscaler_{decision.action}")
-                self._hold_logged = None
-        self.decision, self._decided_at = decision, time.time()
-        if not decision.acts:
-            self._tell_hold(decision, observation.at)
-
-    def _tell_hold(self, decision: Decision, now: float) -> None:
-        """An event for a hold whose rule changed, at most every HOLD_EVENTS_EVERY_S."""
-        last = self._hold_logged
-        if last is not None and (last[0] == decision.rule or now - last[1] < HOLD_EVENTS_EVERY_S):
-            return
-        self.store.event(
-            "autoscale", detail=f"hold at {decision.target} ({decision.rule}): {decision.reason}"
-        )
-        self._hold_logged = (decision.rule, now)
-
-    def _autoscaler_status(self) -> dict[str, Any]:
-        config, tasks = self.autoscaler, self._task_count()
-        last = None
-        if self.decision is not None:
-            last = {**self.decision.to_json(), "at": self._decided_at}
-        return {
-            "mode": config.mode,
-            "summary": config.describe(tasks),
-            "settings": config.to_json(),
-            "bounds": [config.min_containers, config.max_for(tasks)],
-            "capacityPerContainer": self._policy.capacity,
-            "lastDecision": last,
-        }
+        return self.autoscaling.observe(self.model, self._task_lags(), self.shape.elasticity_factor)
 
     # 8. stop
 
@@ -1960,204 +1439,49 @@ class Supervisor:
 
     # status
 
-    def _move_status(self) -> dict[str, Any] | None:
-        """The pending move: its warm-ups, the owners they take over from, and its phase."""
-        if not self.model.warmups:
-            return None
-        holders = Holders(self.model.containers)
-        warmups = [
-            {
-                "containerId": w.container_id,
-                "state": self._records[w.container_id].state,
-                "tasks": list(w.tasks),
-                "from": sorted(holders.of(w.tasks)),
-            }
-            for w in self.model.warmups
-        ]
-        return {
-            "phase": self.change.phase if self.change is not None else WARMING,
-            "warmups": warmups,
-        }
-
-    def _change_status(self) -> dict[str, Any] | None:
-        """The change in flight, its phase, how long it has been in it and its deadline."""
-        change = self.change
-        if change is None:
-            return None
-        in_phase = self.clock() - self._phase_started
-        deadline = self.warm_up_deadline_s if change.phase == WARMING else None
-        if change.phase == CATCHING_UP:
-            deadline = self.catch_up_s
-        return {
-            **change.to_json(),
-            "inPhaseS": round(in_phase, 1),
-            "deadlineS": deadline,
-            "atDeadline": None
-            if deadline is None
-            else ("go on" if change.phase == CATCHING_UP or change.moved else "roll back"),
-            "cancellable": refuse_cancel(change) is None,
-        }
-
     def status(self) -> dict[str, Any]:
         """Everything the status page and ``job status --json`` show.
 
         Returns
         -------
         dict
-            ``job``, ``jobModelVersion``, ``containers`` (id, state, pid,
-            generation, tasks, heartbeat age, lease left, read amplification,
-            processing rate), ``tasks`` (owner, committed offsets, lag),
-            ``autoscaler`` (mode, settings, bounds, last decision),
-            ``move`` (a pending stateful move's phase and warm-ups, or None),
-            ``jobState`` (running, stopped or failed, and why), ``change``
-            (the change in flight: phase, deadline, whether it can be
-            cancelled), ``inputLag`` (records not yet read, each once; None
-            while any task's is unknown), ``recordsEnforced`` (records the
-            job's time-ordered tasks processed without waiting for their
-            other partitions, over all its containers; None unless its tasks
-            merge by timestamp) and ``events``.
+            :func:`.status.job_status` of what the supervisor knows now.
         """
         now = self.clock()
         throughput = self.store.throughput()
         enforced = self.store.enforced()
-        containers = []
-        for record in sorted(self._records.values(), key=lambda r: r.generation):
-            live = self._live.get(record.id)
-            counts = throughput.get(record.id, {})
-            read, processed = counts.get("totalRead", 0), counts.get("totalProcessed", 0)
-            containers.append(
-                {
-                    "containerId": record.id,
-                    "state": record.state,
-                    "pid": record.pid,
-                    "generation": record.generation,
-                    "tasks": list(record.tasks),
-                    "checkpoint": record.checkpoint,
-                    "sources": list(record.sources),
-                    "heartbeatAgeS": None
-                    if live is None or not live.registered
-                    else round(now - live.renewed_at, 3),
-                    # No lease before it registers: a start-up bound, counted from launch.
-                    "leaseLeftS": None
-                    if live is None or not live.registered
-                    else max(0.0, round(self.terms.coordinator_expiry(live.renewed_at) - now, 3)),
-                    "startupLeftS": None
-                    if live is None or live.registered or self.model.warmup(record.id)
-                    else max(0.0, round(live.launched_at + self.startup_s - now, 1)),
-                    "cause": self._causes.get(record.id),
-                    "startFailures": self._start_failures.get(record.id, StartFailures()).count,
-                    "recordsRead": read,
-                    "recordsProcessed": processed,
-                    "readAmplification": round(read / processed, 3) if processed else None,
-                    "recordsEnforced": enforced.get(record.id, 0),
-                    "lastBatch": counts.get("batch"),
-                    "recordsPerS": None if live is None else self._rate(record.id, now),
-                }
+        return job_status(
+            Facts(
+                now=now,
+                job=self.shape.name,
+                job_state=self.job_state(),
+                model=self.model,
+                records=tuple(self._records.values()),
+                leases=dict(self._live),
+                rates={c: self.autoscaling.rate(c, now) for c in self._live},
+                causes=dict(self._causes),
+                start_failures=dict(self._start_failures),
+                terms=self.terms,
+                startup_s=self.startup_s,
+                change=self.change,
+                in_phase_s=self.clock() - self._phase_started,
+                warm_up_deadline_s=self.warm_up_deadline_s,
+                catch_up_s=self.catch_up_s,
+                lags=self._task_lags(),
+                progress=self.store.progress(),
+                task_partitions=task_partitions(self.shape.grouper, self.model),
+                throughput=throughput,
+                enforced=enforced,
+                time_ordered=self.shape.time_ordered,
+                partitions_seen=dict(self.partitions.seen),
+                partitions_refused=self.partitions.refused,
+                growth=self.partitions.growth(),
+                partition_check_s=self.partitions.check_s if self.watch is not None else None,
+                autoscaler=self.autoscaling.config,
+                capacity=self.autoscaling.policy.capacity,
+                decision=self.autoscaling.decision,
+                decided_at=self.autoscaling.decided_at,
+                events=[e.__dict__ for e in self.store.events()],
+                counters=dict(self.counters),
             )
-        owner = self.model.owner_of()
-        progress = self.store.progress()
-        lags = self._task_lags()
-        tasks = [
-            {
-                "task": task,
-                "container": owner.get(task),
-                # Where the owner starts from, even if a previous owner committed it.
-                "offsets": progress.get(task, {}).get("offsets", {}),
-                "lag": lags[task],
-            }
-            for task in sorted(owner, key=locality_key)
-        ]
-        return {
-            "job": self.shape.name,
-            "jobState": self.job_state(),
-            "jobModelVersion": self.model.version,
-            "change": self._change_status(),
-            "inputLag": input_lag(lags, self._partitions_of(progress)),
-            "recordsEnforced": sum(enforced.values()) if self.shape.time_ordered else None,
-            "move": self._move_status(),
-            "elasticityFactor": self.model.elasticity_factor,
-            "partitions": dict(self.model.partitions),
-            "partitionMonitor": {
-                "plannedPartitions": dict(self.model.planned),
-                "seen": dict(self.partitions_seen),
-                "refused": self.partitions_refused,
-                "growth": self._growth(),
-                "checkEveryS": self.partition_check_s if self.watch is not None else None,
-            },
-            "lease": {
-                "leaseS": self.terms.lease_s,
-                "marginS": self.terms.margin_s,
-                "writeBudgetS": self.terms.write_budget_s,
-            },
-            "containers": containers,
-            "tasks": tasks,
-            "autoscaler": self._autoscaler_status(),
-            "events": [e.__dict__ for e in self.store.events()],
-            "counters": dict(self.counters),
-        }
-
-
-def group_offsets(
-    committed: Mapping[str, Mapping[str, Mapping[int, int]]],
-    task_partitions: Mapping[str, Mapping[str, Sequence[int]]],
-) -> dict[str, dict[int, int]]:
-    """Each partition's offset for a consumer group: where every task reading it has got to.
-
-    Virtual tasks split a partition's keys, so several tasks (in several
-    containers) read one partition, each at its own pace; the group shows
-    the slowest, the offset below which every task has applied every record.
-
-    Parameters
-    ----------
-    committed
-        Each task's committed next offsets: ``{task: {topic: {partition: offset}}}``.
-    task_partitions
-        Each task's partitions as the job model plans them.
-
-    Returns
-    -------
-    dict
-        ``{topic: {partition: offset}}``; a partition some task reading it has
-        not committed yet is left out (the group shows nothing for it).
-    """
-    readers: dict[tuple[str, int], list[str]] = {}
-    for task, topics in task_partitions.items():
-        for topic, partitions in topics.items():
-            for partition in partitions:
-                readers.setdefault((topic, partition), []).append(task)
-    result: dict[str, dict[int, int]] = {}
-    for (topic, partition), tasks in sorted(readers.items()):
-        offsets = [committed.get(task, {}).get(topic, {}).get(partition) for task in tasks]
-        if all(offset is not None for offset in offsets):
-            result.setdefault(topic, {})[partition] = min(o for o in offsets if o is not None)
-    return result
-
-
-def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str]]) -> int | None:
-    """The job's backlog, each record once: tasks over the same partitions (a partition's
-    key buckets) each report all of its backlog, so it counts once, at the slowest.
-
-    Parameters
-    ----------
-    lags
-        Each task's lag as its owner reported it; -1 when unknown.
-    partitions_of
-        Each task's partitions (``"topic/partition"``).
-
-    Returns
-    -------
-    int or None
-        Records not yet read, or None (unknown) while any task's lag is unknown.
-    """
-    if any(lag < 0 for lag in lags.values()):
-        return None
-    slowest: dict[frozenset[str], int] = {}
-    for task, lag in lags.items():
-        key = partitions_of.get(task, frozenset({task}))
-        slowest[key] = max(slowest.get(key, 0), lag)
-    return sum(slowest.values())
-
-
-def status_json(status: Mapping[str, Any]) -> str:
-    """The status as indented JSON text."""
-    return json.dumps(status, indent=2, sort_keys=True)
+        )
