@@ -287,7 +287,6 @@ class Supervisor:
         self._kill_at: dict[str, float] = {}
         self._job_state: dict[str, Any] = {"state": "running", "at": None, "why": ""}
         self.warm_ups = warm_ups
-        self.catch_up_s = catch_up_s
         self.store = store
         self.launcher = launcher
         self.url = url
@@ -1466,7 +1465,7 @@ class Supervisor:
                 change=self.change,
                 in_phase_s=self.clock() - self._phase_started,
                 warm_up_deadline_s=self.warm_up_deadline_s,
-                catch_up_s=self.catch_up_s,
+                catch_up_s=self.moves.catch_up_s,
                 lags=self._task_lags(),
                 progress=self.store.progress(),
                 task_partitions=task_partitions(self.shape.grouper, self.model),
