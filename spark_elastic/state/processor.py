@@ -1416,21 +1416,42 @@ def _release_lock_when_query_ends(spark: SparkSession) -> None:
         return
     try:
         from pyspark.sql.streaming import StreamingQueryListener
+        from pyspark.sql.streaming.listener import JStreamingQueryListener
     except ImportError:  # pragma: no cover
         return
+
+    class _Events(JStreamingQueryListener):  # type: ignore[misc]
+        # pyspark turns every progress event into Python objects field by field before a
+        # listener sees it: about fifty py4j round trips a micro-batch, each observed
+        # metric's row looked up by class name through every jar on the class path (a
+        # fifth of a container's JVM time in a profile of its batches). The progress is
+        # wanted only while a bootstrap stream is watched, and then as one JSON document.
+        def onQueryProgress(self, jevent: Any) -> None:
+            if _BootstrapWatch.watching():
+                _BootstrapWatch.progress(json.loads(jevent.progress().json()))
 
     class _Release(StreamingQueryListener):  # type: ignore[misc]
         def onQueryStarted(self, event: Any) -> None:
             OwnerLock.bind_run(str(event.id), str(event.runId), _query_id)
 
         def onQueryProgress(self, event: Any) -> None:
-            _BootstrapWatch.progress(event.progress)
+            pass  # _Events handles progress itself
 
         def onQueryIdle(self, event: Any) -> None:
             pass
 
         def onQueryTerminated(self, event: Any) -> None:
             OwnerLock.release_run(str(event.runId))
+
+        @property
+        def _jlistener(self) -> Any:
+            # pyspark's own property, with _Events in place of its JStreamingQueryListener.
+            if not hasattr(self, "_jlistenerobj"):
+                from pyspark import SparkContext
+
+                jvm = SparkContext._jvm
+                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_Events(self))
+            return self._jlistenerobj
 
     try:
         spark.streams.addListener(_Release())
@@ -1458,9 +1479,18 @@ class _BootstrapWatch:
             cls._watched[checkpoint] = (streams, None)
 
     @classmethod
-    def progress(cls, progress: Any) -> None:
+    def watching(cls) -> bool:
+        """Whether any checkpoint is watched (a listener's progress is wanted at all)."""
         with cls._mutex:
-            watched = [(c, w) for c, w in cls._watched.items() if _query_id(c) == str(progress.id)]
+            return bool(cls._watched)
+
+    @classmethod
+    def progress(cls, progress: Mapping[str, Any]) -> None:
+        """Take one progress of a query (its JSON document, parsed)."""
+        with cls._mutex:
+            watched = [
+                (c, w) for c, w in cls._watched.items() if _query_id(c) == str(progress.get("id"))
+            ]
         for checkpoint, (streams, targets) in watched:
             if targets is None:
                 targets = _offsets_in(progress, "latestOffset", streams)
@@ -1473,17 +1503,22 @@ class _BootstrapWatch:
                     cls._watched.pop(checkpoint, None)
 
 
-def _offsets_in(progress: Any, field: str, streams: tuple[str, ...]) -> dict[tuple[str, str], int]:
-    """One offsets field of a progress's sources, for ``streams``: ``{(stream, partition): n}``."""
-    import json
+def _offsets_in(
+    progress: Mapping[str, Any], field: str, streams: tuple[str, ...]
+) -> dict[tuple[str, str], int]:
+    """One offsets field of a progress's sources, for ``streams``: ``{(stream, partition): n}``.
 
+    Spark's progress JSON holds a source's offsets as a document when they
+    parse as one, and as text otherwise.
+    """
     found: dict[tuple[str, str], int] = {}
-    for source in progress.sources:
-        text = getattr(source, field, None)
-        try:
-            document = json.loads(text) if text else {}
-        except ValueError:
-            continue
+    for source in progress.get("sources", ()):
+        document = source.get(field)
+        if isinstance(document, str):
+            try:
+                document = json.loads(document)
+            except ValueError:
+                continue
         for stream, partitions in document.items() if isinstance(document, dict) else ():
             if stream in streams and isinstance(partitions, dict):
                 for partition, offset in partitions.items():

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from spark_elastic.model.plan import JobPlan
     from spark_elastic.state.checkpoint_dir import Fence
 
-__all__ = ["build_report", "covers", "needed_partitions"]
+__all__ = ["build_report", "covers", "needed_partitions", "progress_since"]
 
 READ_METRIC = "spark_elastic_read"
 OWN_METRIC = "spark_elastic_own"
@@ -328,6 +328,32 @@ def _progress_json(progress: Any) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(text)
         return loaded
     return dict(progress)
+
+
+def progress_since(query: StreamingQuery, since: str) -> list[dict[str, Any]]:
+    """The query's progress with a trigger timestamp after ``since``, oldest first.
+
+    Runs on the container's driver, every poll of its supervising loop (a
+    few times a second). ``query.recentProgress`` renders each of the up
+    to 100 progresses it keeps as JSON in the JVM and parses it in Python,
+    on every call: 52 ms a call with 60 kept (21 ms of it in Python), a
+    third of a core per container at five polls a second. Spark keeps them
+    in trigger order, so this walks back from the newest through py4j and
+    renders only those not seen: a few cheap calls when nothing is new.
+    ``since`` is a trigger timestamp (ISO 8601: they order as strings).
+    """
+    jquery = getattr(query, "_jsq", None)
+    if jquery is None:  # not a classic query (Spark Connect): no JVM handle to walk
+        every = map(_progress_json, query.recentProgress)
+        return [p for p in every if p.get("timestamp", "") > since]
+    kept = jquery.recentProgress()
+    fresh: list[dict[str, Any]] = []
+    for index in range(len(kept) - 1, -1, -1):
+        progress = kept[index]
+        if str(progress.timestamp()) <= since:
+            break
+        fresh.append(json.loads(progress.json()))
+    return fresh[::-1]
 
 
 def _offsets_of(progress: Mapping[str, Any]) -> dict[str, dict[int, int]]:

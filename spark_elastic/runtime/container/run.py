@@ -35,6 +35,7 @@ from spark_elastic.runtime.container.query import (
     _progress_json,
     _stop_within,
     build_report,
+    progress_since,
 )
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.container.warmups import _await_tasks, warm_up_for
@@ -222,7 +223,7 @@ def _supervise(
                     first_line(error) if error is not None else "the query stopped by itself",
                 )
             return EXIT_FENCED
-        for progress in map(_progress_json, query.recentProgress):
+        for progress in progress_since(query, reported):
             batch, at = progress.get("batchId"), progress.get("timestamp")
             if not isinstance(batch, int) or not isinstance(at, str) or at <= reported:
                 continue

@@ -70,6 +70,7 @@ from spark_elastic.runtime.container.query import (
     _progress_json,
     _start_query,
     _stop_within,
+    progress_since,
 )
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.growth import grown_plan
@@ -344,6 +345,7 @@ class _Replayer:
         self.starts: dict[str, dict[str, int]] | None = None
         self.restarts = 0
         self.batches_read: set[int] = set()
+        self._read_since = ""  # the newest progress read_batches has seen
         # It looks more often than it heartbeats: its stall ends when it sees the handover.
         self.poll_s = min(settings.heartbeat_s, 0.2)
 
@@ -512,7 +514,8 @@ class _Replayer:
     def read_batches(self) -> int:
         """How many batches of the query read records (driver; from its recent progress)."""
         if self.query is not None:
-            for progress in map(_progress_json, self.query.recentProgress):
+            for progress in progress_since(self.query, self._read_since):
+                self._read_since = progress.get("timestamp", self._read_since)
                 if progress.get("numInputRows", 0) > 0:
                     self.batches_read.add(int(progress["batchId"]))
         return len(self.batches_read)
@@ -562,8 +565,9 @@ class _Replayer:
         self.live.set()
         write_gate(self.gate, None)
         _log(f"took over {len(mine.tasks)} tasks in the query that replayed them")
-        progress = map(_progress_json, self.query.recentProgress)
-        return Taken(self.query, max((p.get("timestamp", "") for p in progress), default=""))
+        # Spark keeps progress in trigger order: the newest is the latest trigger.
+        latest = _progress_json(self.query.lastProgress).get("timestamp", "")
+        return Taken(self.query, latest)
 
     def discard(self) -> None:
         """The move was called off: stop the query, remove the checkpoint no one will read."""
