@@ -1,14 +1,17 @@
 """A stateful job from Kafka to Kafka, and a stateless one, through what a running job meets
 on a real broker.
 
-A paused container fenced, a killed one failed over, a coordinator restart,
-growth 4 -> 8, a live scale, a live split and merge, the consumer group's lag, and
-a broker crash. The click-count job (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA``
-and ``CLICKS_OUT_TOPIC``) reads the ``clicks`` topic of the session's broker
+`make test`'s story: a paused container fenced, growth 4 -> 8, a live scale, a
+live split, the consumer group's lag, and a broker crash. `make test-all` adds
+a coordinator restart, a killed container failed over and a merge (proven in
+`make test` on the embedded log: ``test_job_operable.py``, the in-process
+specs), and the stateless job's story. The click-count job
+(``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA`` and ``CLICKS_OUT_TOPIC``)
+reads a topic of the session's broker
 (the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through
 spark-elastic's own ``elastic-kafka`` source (no connector jars: moved
-tasks warm up by replaying behind its gate), and writes its rows to the
-``click-counts`` topic through
+tasks warm up by replaying behind its gate), and writes its rows to
+another topic through
 an exactly-once ``KafkaSink``. Records are produced with librdkafka's
 ``murmur2_random`` partitioner, which is Java's. As on the embedded log
 (``test_job_run.py``), what a ``read_committed`` consumer of the output
@@ -54,6 +57,7 @@ pytestmark = pytest.mark.slow
 TOPIC = "clicks"  # the example job's topic; no other spec of the session's broker uses it
 OUT = "click-counts"  # where it writes
 TIMEOUT = 30.0
+OPTIONS = ("--partition-check-ms", "500")  # the coordinator's, for growth within the story
 
 
 @pytest.fixture
@@ -77,36 +81,85 @@ def grow(bootstrap: str, partitions: int) -> None:
     )
 
 
-def published_rows(bootstrap: str) -> list[tuple[str, int, int, int]]:
+def published_rows(bootstrap: str, out: str = OUT) -> list[tuple[str, int, int, int]]:
     """The job's rows a ``read_committed`` consumer of the output reads, to its end, sorted."""
-    rows = [json.loads(value or b"{}") for value in kafka_jvm.read_to_end(bootstrap, OUT)]
+    rows = [json.loads(value or b"{}") for value in kafka_jvm.read_to_end(bootstrap, out)]
     return sorted((r["user"], r["clicks"], r["partition"], r["offset"]) for r in rows)
 
 
-def all_published(bootstrap: str, total: int) -> Callable[[], bool]:
+def all_published(bootstrap: str, total: int, out: str = OUT) -> Callable[[], bool]:
     """Whether the output holds a row for each of ``total`` records (repeats not counted)."""
-    return lambda: len({(u, p, o) for u, _, p, o in published_rows(bootstrap)}) >= total
+    return lambda: len({(u, p, o) for u, _, p, o in published_rows(bootstrap, out)}) >= total
 
 
-def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_and_merges(
+def change_factor(job: RunningJob, factor: int, meanwhile: Callable[[], None]) -> set[str]:
+    """``job scale --elasticity-factor``, ``meanwhile`` run as it starts, the change settled:
+    the containers that warmed up for it.
+
+    The tasks are still those of the 4 partitions planned (SEP-5: growth maps onto them).
+    """
+    before = {c["containerId"] for c in job.job_model()["containers"]}
+    changed = run_cli("job", "scale", job.url, "--elasticity-factor", str(factor))
+    assert changed.returncode == 0, changed.stderr
+    meanwhile()
+    after = wait_until(
+        f"factor {factor}",
+        lambda: (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == factor and m,
+        timeout=CHANGE_DEADLINE_S,
+    )
+    assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(
+        f"Partition {p}_{b}_{factor}" for p in range(4) for b in range(factor)
+    )
+    job.status()  # records the new containers' pids for cleanup
+    return {c["containerId"] for c in after["containers"]} - before
+
+
+class Clicks:
+    """Records produced to the job's topic while it runs, counted."""
+
+    def __init__(self, bootstrap: str, topic: str = TOPIC) -> None:
+        self.bootstrap, self.topic, self.total = bootstrap, topic, 0
+
+    def produce(self, count: int) -> None:
+        produce(self.bootstrap, self.topic, self.total, count)
+        self.total += count
+
+    def applied(self, out: str = OUT) -> Callable[[], bool]:
+        """Whether ``out`` holds a row for each record produced so far."""
+        return all_published(self.bootstrap, self.total, out)
+
+
+def start_on_kafka(
     kafka: kafka_jvm.KafkaBroker,
     start_job: Callable[..., RunningJob],
-    clicks: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    kafka_jvm.create_topics(kafka.bootstrap, {TOPIC: 4, OUT: 4})
-    produce(kafka.bootstrap, TOPIC, 0, RECORDS)
-    total = RECORDS
+    topic: str,
+    out: str,
+) -> tuple[RunningJob, Clicks, dict[str, int]]:
+    """The click count on 2 containers, factor 2 over ``topic``'s 4 partitions (8 tasks),
+    writing to ``out``; returns once it has applied the first records."""
+    kafka_jvm.create_topics(kafka.bootstrap, {topic: 4, out: 4})
+    records = Clicks(kafka.bootstrap, topic)
+    records.produce(RECORDS)
     monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
-    monkeypatch.setenv("CLICKS_OUT_TOPIC", OUT)
-    monkeypatch.setenv("CLICKS_FACTOR", "2")  # 4 partitions x 2: 8 tasks
-    options = ("--partition-check-ms", "500")
-    job = start_job(2, None, 0, *options)
+    monkeypatch.setenv("CLICKS_TOPIC", topic)
+    monkeypatch.setenv("CLICKS_OUT_TOPIC", out)
+    monkeypatch.setenv("CLICKS_FACTOR", "2")
+    job = start_job(2, None, 0, *OPTIONS)
     running = wait_until(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+    wait_until("every record applied", records.applied(out), APPLY_DEADLINE_S)
+    return job, records, running
+
+
+def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_broker_crash(
+    kafka: kafka_jvm.KafkaBroker,
+    start_job: Callable[..., RunningJob],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job, records, running = start_on_kafka(kafka, start_job, monkeypatch, TOPIC, OUT)
 
     # A container paused past its lease (SIGSTOP: a zombie): its tasks go to a new
     # generation, and woken, it publishes nothing more (the lease, and the broker fencing
@@ -114,8 +167,7 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     zombie, zombie_pid = sorted(running.items())[1]
     os.kill(zombie_pid, signal.SIGSTOP)
     try:
-        produce(kafka.bootstrap, TOPIC, total, 2000)
-        total += 2000
+        records.produce(2000)
         wait_until(
             "the paused container's tasks handed to a new generation",
             lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
@@ -125,65 +177,30 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
             os.kill(zombie_pid, signal.SIGCONT)
     wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
     assert zombie in json.dumps(job.status().get("events", []))
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
-    running = wait_until(
-        "two running containers",
-        lambda: len(job.running_containers()) == 2 and job.running_containers(),
-    )
-
-    # The coordinator dies and comes back on its address while records arrive: the same
-    # containers go on, nothing relaunched.
-    job.process.send_signal(signal.SIGKILL)
-    job.process.wait(30)
-    produce(kafka.bootstrap, TOPIC, total, 1000)
-    total += 1000
-    port = int(job.url.rsplit(":", 1)[1])
-    again = start_job(2, clicks / "coordinator.db", port, *options)
-    again.pids.update(job.pids)
-    job = again
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
-    assert job.running_containers() == running
-
-    # A container killed outright: its tasks go on from its last Kafka offsets checkpointed.
-    victim, victim_pid = sorted(running.items())[0]
     wait_until(
-        "a first batch written",
-        lambda: any(
-            c["containerId"] == victim and c["lastBatch"] is not None
-            for c in job.status()["containers"]
-        ),
+        "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
     )
-    os.kill(victim_pid, signal.SIGKILL)
-    produce(kafka.bootstrap, TOPIC, total, 2000)
-    total += 2000
-    wait_until(
-        "a new container forked from the killed one's checkpoint",
-        lambda: any(
-            victim in source for c in job.job_model()["containers"] for source in c["sources"]
-        ),
-    )
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
 
     # The topic grows 4 -> 8 through CreatePartitions, with a backlog in the old partitions:
     # the old partitions drain to what they held before anything in the new ones is read.
-    produce(kafka.bootstrap, TOPIC, total, 4000)
+    records.produce(4000)
     grow(kafka.bootstrap, 8)
-    produce(kafka.bootstrap, TOPIC, total + 4000, 2000)
-    total += 6000
+    records.produce(2000)
     wait_until(
         "the job model grown to 8 partitions",
         lambda: job.job_model()["partitions"] == {TOPIC: 8},
         timeout=240,
     )
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+    wait_until(
+        "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
+    )
 
     # 2 -> 3 containers while records arrive: the new owners warm up first, replaying their
     # old owners' records behind the source's gate, and keyed state moves with its tasks.
     before = {c["containerId"] for c in job.job_model()["containers"]}
     scaled = run_cli("job", "scale", job.url, "--containers", "3")
     assert scaled.returncode == 0, scaled.stderr
-    produce(kafka.bootstrap, TOPIC, total, 1000)
-    total += 1000
+    records.produce(1000)
     after = wait_until(
         "3 containers",
         lambda: (m := job.job_model())["warmups"] == [] and len(m["containers"]) == 3 and m,
@@ -191,33 +208,16 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
     )
     warmed = {c["containerId"] for c in after["containers"]} - before
     job.status()  # records the new containers' pids for cleanup
-    produce(kafka.bootstrap, TOPIC, total, 1000)
-    total += 1000
+    records.produce(1000)
 
-    # A live split, factor 2 -> 4, then a merge back to 2, each while records arrive: each
-    # new group warms up by replaying, its state split or merged from its old owners'.
-    for factor in (4, 2):
-        before = {c["containerId"] for c in job.job_model()["containers"]}
-        changed = run_cli("job", "scale", job.url, "--elasticity-factor", str(factor))
-        assert changed.returncode == 0, changed.stderr
-        produce(kafka.bootstrap, TOPIC, total, 1000)
-        total += 1000
-        after = wait_until(
-            f"factor {factor}",
-            lambda f=factor: (
-                (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == f and m
-            ),
-            timeout=CHANGE_DEADLINE_S,
-        )
-        # The tasks are still those of the 4 partitions planned (SEP-5: growth maps onto them).
-        assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(
-            f"Partition {p}_{b}_{factor}" for p in range(4) for b in range(factor)
-        )
-        warmed |= {c["containerId"] for c in after["containers"]} - before
-        job.status()
-        produce(kafka.bootstrap, TOPIC, total, 1000)
-        total += 1000
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+    # A live split, factor 2 -> 4, while records arrive: each new group warms up by
+    # replaying, its state split from its old owners'. (The merge back, on Kafka, is
+    # `make test-all`'s: test_a_stateful_job_on_kafka_survives_a_coordinator_restart_...)
+    warmed |= change_factor(job, 4, lambda: records.produce(1000))
+    records.produce(1000)
+    wait_until(
+        "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
+    )
 
     # Kafka's own tools show the job's lag: its consumer group (named for the job) holds,
     # for every partition, where every task reading it has got to: the end, by now. (The
@@ -238,8 +238,8 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
         timeout=60,
     )
 
-    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, total), planned=4)
-    assert len(expected) == total
+    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, records.total), planned=4)
+    assert len(expected) == records.total
     assert published_rows(kafka.bootstrap) == expected
     ways = job.takeovers()
     assert {ways.get(c) for c in warmed} == {"replay"}, ways
@@ -257,12 +257,72 @@ def test_a_stateful_job_on_kafka_fences_fails_over_restarts_grows_scales_splits_
         wait_until("the input's loss on the status page", said("check failed: InputError"), 60)
     finally:
         kafka.restart()  # the session's broker: later specs of this worker use it
-    produce(kafka.bootstrap, TOPIC, total, 1000)
-    total += 1000
-    wait_until("every record applied", all_published(kafka.bootstrap, total), APPLY_DEADLINE_S)
+    records.produce(1000)
+    wait_until(
+        "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
+    )
     wait_until("the input's return on the status page", said("the input answers again"), 60)
-    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, total), planned=4)
+    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, records.total), planned=4)
     assert published_rows(kafka.bootstrap) == expected
+
+
+AGAIN, AGAIN_OUT = "clicks-again", "click-counts-again"  # the long story's topics
+
+
+# Long (`make test-all`): what the embedded log's stories and the operable story prove in
+# `make test` (a coordinator restart, a failover, a merge), here on Kafka.
+@pytest.mark.long
+def test_a_stateful_job_on_kafka_survives_a_coordinator_restart_a_kill_a_split_and_a_merge(
+    kafka: kafka_jvm.KafkaBroker,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job, records, running = start_on_kafka(kafka, start_job, monkeypatch, AGAIN, AGAIN_OUT)
+
+    # The coordinator dies and comes back on its address while records arrive: the same
+    # containers go on, nothing relaunched.
+    job.process.send_signal(signal.SIGKILL)
+    job.process.wait(30)
+    records.produce(1000)
+    port = int(job.url.rsplit(":", 1)[1])
+    again = start_job(2, clicks / "coordinator.db", port, *OPTIONS)
+    again.pids.update(job.pids)
+    job = again
+    wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
+    assert job.running_containers() == running
+
+    # A container killed outright: its tasks go on from its last Kafka offsets checkpointed.
+    victim, victim_pid = sorted(running.items())[0]
+    wait_until(
+        "a first batch written",
+        lambda: any(
+            c["containerId"] == victim and c["lastBatch"] is not None
+            for c in job.status()["containers"]
+        ),
+    )
+    os.kill(victim_pid, signal.SIGKILL)
+    records.produce(2000)
+    wait_until(
+        "a new container forked from the killed one's checkpoint",
+        lambda: any(
+            victim in source for c in job.job_model()["containers"] for source in c["sources"]
+        ),
+    )
+    wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
+
+    # A live split, factor 2 -> 4, then a merge back to 2, each while records arrive: each
+    # new group warms up by replaying, its state split or merged from its old owners'.
+    warmed: set[str] = set()
+    for factor in (4, 2):
+        warmed |= change_factor(job, factor, lambda: records.produce(1000))
+        records.produce(1000)
+    wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
+
+    expected = key_ordered_counts(records_on(kafka.bootstrap, AGAIN, records.total), planned=4)
+    assert published_rows(kafka.bootstrap, AGAIN_OUT) == expected
+    ways = job.takeovers()
+    assert {ways.get(c) for c in warmed} == {"replay"}, ways
 
 
 TAGGED = "tagged-clicks"  # the stateless job's topic on the session's broker
