@@ -1435,7 +1435,10 @@ def _release_lock_when_query_ends(spark: SparkSession) -> None:
             OwnerLock.bind_run(str(event.id), str(event.runId), _query_id)
 
         def onQueryProgress(self, event: Any) -> None:
-            pass  # _Events handles progress itself
+            # Called only where pyspark does not use _jlistener below (a listener it runs
+            # elsewhere, as Spark Connect does): _Events takes progress otherwise.
+            if _BootstrapWatch.watching():
+                _BootstrapWatch.progress(json.loads(event.progress.json))
 
         def onQueryIdle(self, event: Any) -> None:
             pass
