@@ -57,11 +57,25 @@ $(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml
 	mvn -q -B -f maven/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/spark-kafka)
 	@touch $@
 
-jars: $(JARS_STAMP)
+# spark-elastic's own jar, beside the connector's: the `gated-kafka` source (java/), Spark's
+# Kafka source held at a gate file, compiled against pyspark's jars.
+GATED_JAR := $(JARS)/spark-kafka/spark-elastic-gated-kafka.jar
+JAVA_SRC  := $(shell find java -type f)
+
+$(GATED_JAR): $(JAVA_SRC) $(JARS_STAMP) $(STAMP)
+	@command -v javac >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' compiles java/ and 'javac' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
+	rm -rf build/java && mkdir -p build/java
+	javac -Xlint:all,-path -Werror --release 17 -d build/java \
+		-cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" \
+		$(filter %.java,$(JAVA_SRC))
+	cp -r java/META-INF build/java/
+	jar cf $@ -C build/java .
+
+jars: $(JARS_STAMP) $(GATED_JAR)
 
 # A Kafka broker on 127.0.0.1:$(KAFKA_PORT) (0: a free port) for trying the project; Ctrl-C stops it.
 KAFKA_PORT ?= 9092
-kafka: $(STAMP) $(JARS_STAMP)
+kafka: $(STAMP) jars
 	$(BIN)/python tests/kafka_jvm.py --port $(KAFKA_PORT)
 
 clean:

@@ -151,9 +151,13 @@ def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession shared by every test (Spark takes ~10 s to start)."""
     from spark_elastic.dataplane.session import local_session
 
-    session = local_session(
-        "spark-elastic-tests", conf={"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
-    )
+    conf = {"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
+    # Spark's Kafka connector and the project's gated-kafka source, when `make jars` has
+    # fetched and built them: the source specs read through both in this one session.
+    jars = sorted(str(p) for p in (Path(__file__).parent / ".cache/jars/spark-kafka").glob("*.jar"))
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    session = local_session("spark-elastic-tests", conf=conf)
     yield session
     session.stop()
 

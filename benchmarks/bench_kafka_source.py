@@ -1,4 +1,4 @@
-"""Reading Kafka: spark-elastic's ``elastic-kafka`` source against Spark's ``kafka``, side by side.
+"""Reading Kafka: spark-elastic's gated sources against Spark's ``kafka``, side by side.
 
 Run: ``.venv/bin/python benchmarks/bench_kafka_source.py`` (``--quick`` for a
 smoke run). Needs ``make jars``: a real Apache Kafka broker (KRaft, loopback)
@@ -22,9 +22,12 @@ sinks a job would have:
   first, as ``bench_sinks`` does.
 
 Variants: ``spark-kafka`` (Spark's source, the Java client,
-``read_uncommitted``, its default) and ``elastic-kafka`` (ours, librdkafka,
-``read_uncommitted`` here too so both read the same offsets). Rounds
-alternate the variants; each figure is the median over rounds of records
+``read_uncommitted``, its default), ``elastic-kafka`` (ours, librdkafka,
+``read_uncommitted`` here too so all read the same offsets) and
+``gated-kafka`` (Spark's source held at a gate file by the project's jar,
+``java/``). The two gated sources read through a gate file at the topic's
+end, as a replaying warm-up's query does (read each trigger). Rounds
+rotate the variants; each figure is the median over rounds of records
 per second from the query's start to its end, start-up included.
 """
 
@@ -104,7 +107,7 @@ def run_job(spark: Any, bootstrap: str, reader: str, root: Path) -> float:
         bootstrap,
         (JOB_TOPIC,),
         max_records_per_batch=10_000,
-        reader="spark" if reader == "spark-kafka" else "elastic",
+        reader=reader.removesuffix("-kafka"),
     )
     result = bench_sinks.run_variant(spark, source, root, ParquetSink(str(root / "out")))
     return float(result["records_per_s"])
@@ -126,7 +129,9 @@ def main() -> int:
     import kafka_jvm  # type: ignore[import-not-found]
 
     from spark_elastic.dataplane.session import local_session
+    from spark_elastic.log.gate import write_gate
     from spark_elastic.log.kafka_source import KAFKA_SOURCE_FORMAT, register_kafka_source
+    from spark_elastic.runtime.job import GATED_KAFKA_FORMAT
 
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-kafka-")))
@@ -144,6 +149,8 @@ def main() -> int:
             },
         )
         register_kafka_source(spark)
+        gate = tmp / "gate.json"
+        write_gate(str(gate), {TOPIC: dict.fromkeys(map(str, range(PARTITIONS)), args.records)})
         shared = {
             "kafka.bootstrap.servers": broker.bootstrap,
             "subscribe": TOPIC,
@@ -154,8 +161,9 @@ def main() -> int:
             "spark-kafka": ("kafka", shared),
             "elastic-kafka": (
                 KAFKA_SOURCE_FORMAT,
-                {**shared, "kafka.isolation.level": "read_uncommitted"},
+                {**shared, "kafka.isolation.level": "read_uncommitted", "gate": str(gate)},
             ),
+            "gated-kafka": (GATED_KAFKA_FORMAT, {**shared, "gate": str(gate)}),
         }
         names = list(variants)
         sinks = ("noop", "count", "job")
@@ -182,11 +190,16 @@ def main() -> int:
             f"\n{args.records:,} records of {args.value_bytes} bytes, {PARTITIONS} partitions, "
             f"{args.batch:,} a batch, local[2]; median of {args.rounds} rounds"
         )
-        print(f"{'sink':<8}{'spark-kafka':>14}{'elastic-kafka':>15}{'ratio':>8}")
+        print(
+            f"{'sink':<8}" + "".join(f"{name:>15}" for name in names) + "  (ratio to spark-kafka)"
+        )
         for sink in sinks:
             theirs = statistics.median(results["spark-kafka", sink])
-            ours = statistics.median(results["elastic-kafka", sink])
-            print(f"{sink:<8}{theirs:>14,.0f}{ours:>15,.0f}{ours / theirs:>7.2f}x")
+            cells = []
+            for name in names:
+                rate = statistics.median(results[name, sink])
+                cells.append(f"{rate:>9,.0f} {rate / theirs:4.2f}x")
+            print(f"{sink:<8}" + "".join(f"{cell:>15}" for cell in cells))
         spark.stop()
     return 0
 

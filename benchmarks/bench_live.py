@@ -26,11 +26,11 @@ its keyed state holds the given number of keys, a producer keeps about
 
 ``--kafka``: the same on a real Apache Kafka broker (``make jars``; one
 broker per case, KRaft on loopback, stopped by its PID), the job reading
-its ``clicks`` topic through the default ``elastic-kafka`` source, and one
-more mode, ``spark``: Spark's own Kafka source (``reader="spark"``, the
-connector's jars given to the containers), whose warm-ups can only renew
-snapshots: what a Kafka job's move cost before spark-elastic had a source
-of its own.
+its ``clicks`` topic through the default ``gated`` reader (Spark's Kafka
+source held at a gate by the project's jar; the jars given to the
+containers), and one more mode, ``spark``: Spark's own Kafka source as it is
+(``reader="spark"``), whose warm-ups can only renew snapshots: what a Kafka
+job's move cost before spark-elastic had a gated reader.
 
 Run (about 40 minutes; nothing else should load the machine)::
 
@@ -154,12 +154,12 @@ class RunningJob:
         }
         jars: list[str] = []
         if KAFKA is not None:
+            import kafka_jvm  # type: ignore[import-not-found]
+
             env["CLICKS_KAFKA"] = KAFKA.bootstrap
             if mode == "spark":
-                import kafka_jvm  # type: ignore[import-not-found]
-
                 env["CLICKS_KAFKA_READER"] = "spark"
-                jars = ["--conf", f"spark.jars={','.join(kafka_jvm.spark_kafka_jars())}"]
+            jars = ["--conf", f"spark.jars={','.join(kafka_jvm.spark_kafka_jars())}"]
         command = [
             sys.executable,
             *("-m", "spark_elastic", "job", "run", JOB, "--containers", "2", "--port", "0"),

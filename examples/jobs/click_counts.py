@@ -7,10 +7,11 @@ offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
 ``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
 ``host:port`` it reads the topic ``CLICKS_TOPIC`` (default ``clicks``)
-there instead, with spark-elastic's ``elastic-kafka`` source
-(``CLICKS_KAFKA_READER=spark``: Spark's own, whose containers then need
-Spark's Kafka connector: ``--conf spark.jars=...``, see
-docs/running-a-job.md), and with ``CLICKS_OUT_TOPIC`` too it writes its
+there instead, through Spark's Kafka source held at a gate (``KafkaInput``'s
+default reader, ``gated``: containers need Spark's Kafka connector and the
+project's jar, ``--conf spark.jars=...``, see docs/running-a-job.md;
+``CLICKS_KAFKA_READER`` chooses another reader: ``elastic``, ``spark``), and
+with ``CLICKS_OUT_TOPIC`` too it writes its
 rows to that topic of the broker, exactly-once (``KafkaSink``, keyed by
 user)::
 
@@ -74,7 +75,7 @@ job = Job(
             KAFKA,
             (TOPIC,),
             max_records_per_batch=BATCH,
-            reader=os.environ.get("CLICKS_KAFKA_READER", "elastic"),
+            reader=os.environ.get("CLICKS_KAFKA_READER", "gated"),
         )
         if KAFKA
         else LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=BATCH)

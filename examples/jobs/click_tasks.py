@@ -2,8 +2,9 @@
 
 Reads the ``clicks`` topic of the embedded log at ``$CLICKS_ROOT/log`` (or,
 with ``CLICKS_KAFKA`` set to a broker's ``host:port``, the topic
-``CLICKS_TOPIC`` there, default ``clicks``, through spark-elastic's
-``elastic-kafka`` source) and writes ``(user, partition, offset, task)``
+``CLICKS_TOPIC`` there, default ``clicks``, through Spark's Kafka source
+held at a gate, ``KafkaInput``'s default: containers need
+``--conf spark.jars=...``) and writes ``(user, partition, offset, task)``
 for every click, each virtual task's records in offset order, to Parquet
 under ``$CLICKS_ROOT/tasks-out``::
 

@@ -201,16 +201,22 @@ class KafkaInput:
     give rows in the Kafka source's schema, and every reader gets the same
     ``assign``, ``startingOffsets`` and ``maxOffsetsPerTrigger`` options.
 
-    ``reader="elastic"`` (the default) reads with the project's own source
-    (:mod:`spark_elastic.log.kafka_source`: librdkafka on the executors,
-    ``read_committed``), which a replaying warm-up can hold at its old
-    owners' commits: a moved stateful task stalls for a micro-batch or two
-    rather than for a snapshot's copy. ``reader="spark"`` reads with Spark's
-    own ``kafka`` source (the Java client, ``read_uncommitted``) and warms up
-    from snapshots. Spark's Kafka connector is not part of pyspark: with it a
-    container needs ``spark.jars.packages`` set to
-    ``org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>`` in
-    :attr:`Job.spark_conf` (or ``--jars``/``--conf spark.jars=...``).
+    ``reader="gated"`` (the default) reads with Spark's own Kafka source
+    (the Java client, ``read_uncommitted`` unless :attr:`kafka_options` say
+    otherwise) held at a gate file by the project's jar (``gated-kafka``:
+    ``java/``, built by ``make jars``), which a replaying warm-up holds at its
+    old owners' commits: a moved stateful task stalls for a micro-batch or
+    two rather than for a snapshot's copy. ``reader="elastic"`` reads with
+    the project's Python source (:mod:`spark_elastic.log.kafka_source`:
+    librdkafka on the executors, ``read_committed``), gated too and needing
+    no jars, at about two thirds of Spark's speed (``docs/benchmarks.md``).
+    ``reader="spark"`` reads with Spark's ``kafka`` source as it is and warms
+    up from snapshots. Spark's Kafka connector is not part of pyspark: with
+    ``gated`` or ``spark`` a container needs its jars (and, for ``gated``,
+    the project's) in ``spark.jars`` of :attr:`Job.spark_conf` or given to
+    ``job run --conf spark.jars=...`` (``make jars`` puts them all in
+    ``.cache/jars/spark-kafka``); a session without them gets one line
+    naming what is missing when the query starts.
     Partition counts, which the coordinator plans from, come from the brokers
     through confluent-kafka's ``AdminClient`` (the ``kafka`` extra), so the
     coordinator needs no JVM.
@@ -229,15 +235,16 @@ class KafkaInput:
     kafka_options
         Settings of Spark's Kafka consumer (Java client names, e.g.
         ``security.protocol``), passed to Spark's source as ``kafka.<name>``;
-        only with ``reader="spark"`` (with ``elastic`` they are refused).
+        only with ``reader="gated"`` or ``"spark"`` (with ``elastic`` they
+        are refused).
     admin_options
         Settings of the librdkafka clients (e.g. ``security.protocol``,
         ``sasl.username``): the ``AdminClient`` that reads partition counts
         and commits the job's group, and, with ``reader="elastic"``, the
         source's own admin client and consumers.
     reader
-        ``"elastic"`` (default) or ``"spark"``: which Spark source reads the
-        topics (see above).
+        ``"gated"`` (default), ``"elastic"`` or ``"spark"``: which Spark source
+        reads the topics (see above).
     """
 
     bootstrap_servers: str
@@ -246,7 +253,7 @@ class KafkaInput:
     timeout_s: float = 10.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     admin_options: Mapping[str, str] = field(default_factory=dict)
-    reader: str = "elastic"
+    reader: str = "gated"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers", _bootstrap_servers(self.bootstrap_servers))
@@ -273,7 +280,7 @@ class KafkaInput:
     @property
     def gated(self) -> bool:
         """Whether its reader honours a ``gate`` (replaying warm-ups need one)."""
-        return self.reader == "elastic"
+        return self.reader in ("elastic", "gated")
 
     def partition_counts(self) -> dict[str, int]:
         """The topics' current partition counts, asked of the brokers.
@@ -500,7 +507,7 @@ class KafkaInput:
         dict[str, str]
             ``kafka.bootstrap.servers`` and the reader's client settings as
             ``kafka.*`` (:attr:`admin_options` for ``elastic``,
-            :attr:`kafka_options` for ``spark``), plus the options
+            :attr:`kafka_options` for ``gated`` and ``spark``), plus the options
             :meth:`LogInput.source_options` gives the embedded log.
         """
         settings = self.admin_options if self.reader == "elastic" else self.kafka_options
@@ -516,8 +523,9 @@ class KafkaInput:
     ) -> DataStreamReader:
         """A streaming reader of ``partitions`` in the chosen :attr:`reader`'s source.
 
-        With ``reader="spark"``, loading it needs the connector on the
-        session's classpath (``spark.jars.packages``, see the class docstring);
+        With ``reader="gated"`` or ``"spark"``, loading it needs the
+        connector (and for ``gated`` the project's jar) on the session's
+        classpath (``spark.jars``, see the class docstring);
         ``reader="elastic"`` registers ``elastic-kafka`` in ``spark``.
 
         Parameters
@@ -532,8 +540,10 @@ class KafkaInput:
         DataStreamReader
             Ready to ``load()``: rows in the Kafka source's schema.
         """
-        source = "kafka"
-        if self.reader == "elastic":
+        source = GATED_KAFKA_FORMAT if self.reader == "gated" else "kafka"
+        if self.reader != "elastic":
+            _check_classes(spark, self.reader)
+        else:
             from spark_elastic.log.kafka_source import KAFKA_SOURCE_FORMAT, register_kafka_source
 
             register_kafka_source(spark)
@@ -582,8 +592,14 @@ class JobInput(Protocol):
         """A streaming reader of ``partitions``, ready to ``load()``."""
 
 
-KAFKA_READERS = ("elastic", "spark")
+KAFKA_READERS = ("gated", "elastic", "spark")
 """The Spark sources a :class:`KafkaInput` can read with."""
+
+GATED_KAFKA_FORMAT = "gated-kafka"
+"""Spark's Kafka source held at a ``gate`` file: the project's jar (``java/``)."""
+
+_CONNECTOR = ("Spark's Kafka connector", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+_GATED_JAR = ("the project's gated-kafka jar", "io.github.sparkelastic.kafka.GatedKafkaSource")
 
 _LEADER_RETRY_S = 0.1
 # librdkafka's codes (confluent_kafka.KafkaError), not imported: the module loads no client.
@@ -602,6 +618,30 @@ class _LeaderMovingError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _check_classes(spark: SparkSession, reader: str) -> None:
+    """Refuse, in one line, a session whose class path lacks what ``reader``'s source needs.
+
+    Runs on the driver, once per query start. Without it Spark says only that it
+    found no data source ``gated-kafka`` (or ``kafka``). A session without a JVM
+    of its own (Spark Connect) is not checked: its server says what it lacks.
+    """
+    jvm = getattr(spark, "_jvm", None)  # classic sessions only: py4j's view of the driver
+    if jvm is None:
+        return
+    from py4j.java_gateway import JavaClass
+
+    needed = (_CONNECTOR, _GATED_JAR) if reader == "gated" else (_CONNECTOR,)
+    # py4j resolves a dotted name to a JavaClass only when the driver's class loader has it.
+    missing = [what for what, name in needed if not isinstance(jvm.__getattr__(name), JavaClass)]
+    if missing:
+        raise InputError(
+            f"KafkaInput.reader: expected {' and '.join(w for w, _ in needed)} in the "
+            "session's spark.jars "
+            f"for reader={reader!r} ('make jars' puts them in .cache/jars/spark-kafka), "
+            f"found {' and '.join(missing)} missing"
+        )
 
 
 def _topics(owner: str, value: object) -> tuple[str, ...]:

@@ -4,6 +4,10 @@ The broker is the session's (the ``kafka`` fixture: Kafka 4, KRaft, on
 127.0.0.1), so every spec names topics of its own. The source needs no
 jars: it runs in the suite's shared session. That it reads the same rows as
 Spark's own Kafka source is ``tests/runtime/test_kafka_broker.py``'s.
+
+The gate's specs also hold for ``gated-kafka`` (Spark's own Kafka source
+held at the same gate file: the project's jar, ``java/``), which the shared
+session has on its class path when ``make jars`` built it.
 """
 
 from __future__ import annotations
@@ -80,8 +84,25 @@ def produce(
     ]
 
 
-def stream(spark: SparkSession, kafka: kafka_jvm.KafkaBroker, **options: str) -> DataFrame:
-    reader = spark.readStream.format(KAFKA_SOURCE_FORMAT)
+GATED = ("elastic-kafka", "gated-kafka")
+"""The two sources with a gate: ours on librdkafka, and Spark's held by the project's jar."""
+
+
+@pytest.fixture(params=GATED)
+def gated(request: pytest.FixtureRequest, session: SparkSession) -> str:
+    """The format name of a source with a gate (skipped for gated-kafka without its jar)."""
+    if request.param == "gated-kafka" and "gated-kafka" not in session.conf.get("spark.jars", ""):
+        pytest.skip("no gated-kafka jar in the session: run 'make jars'")
+    return str(request.param)
+
+
+def stream(
+    spark: SparkSession,
+    kafka: kafka_jvm.KafkaBroker,
+    source: str = KAFKA_SOURCE_FORMAT,
+    **options: str,
+) -> DataFrame:
+    reader = spark.readStream.format(source)
     reader = reader.option("kafka.bootstrap.servers", kafka.bootstrap)
     return reader.options(**options).load()
 
@@ -127,14 +148,19 @@ def test_every_record_arrives_once_in_the_kafka_schema_in_batches_of_max_offsets
 
 
 def test_a_gate_holds_a_running_query_at_its_offsets_until_it_is_lifted(
-    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path, gated: str
 ) -> None:
     rows = produce(kafka, topic, [f"a{i}" for i in range(20)], 0)
     rows += produce(kafka, topic, [f"b{i}" for i in range(20)], 1)
     gate = tmp_path / "gate.json"
     write_gate(str(gate), {topic: {"0": 5}})  # partition 1 unnamed: nothing new from it
     df = stream(
-        session, kafka, assign=f'{{"{topic}": [0, 1]}}', startingOffsets="earliest", gate=str(gate)
+        session,
+        kafka,
+        gated,
+        assign=f'{{"{topic}": [0, 1]}}',
+        startingOffsets="earliest",
+        gate=str(gate),
     )
     query, name = to_memory(df, tmp_path / "checkpoint")
     try:
@@ -143,9 +169,39 @@ def test_a_gate_holds_a_running_query_at_its_offsets_until_it_is_lifted(
         write_gate(str(gate), {topic: {"0": 12, "1": 3}})
         query.processAllAvailable()
         assert_df_equality(landed(session, name), expected(session, rows[:12] + rows[20:23]))
+        write_gate(str(gate), {topic: {"0": 2, "1": 3}})  # behind the query: holds it, no rewind
+        (tmp_path / "gate.json").unlink()  # a missing file admits nothing new either
+        produce(kafka, topic, ["a20"], 0)
+        query.processAllAvailable()
+        assert_df_equality(landed(session, name), expected(session, rows[:12] + rows[20:23]))
         write_gate(str(gate), None)
         query.processAllAvailable()
+        assert landed(session, name).count() == len(rows) + 1
+    finally:
+        query.stop()
+
+
+def test_a_partition_added_while_gated_is_read_from_its_start_once_the_gate_names_it(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, topic: str, tmp_path: Path, gated: str
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    rows = produce(kafka, topic, [f"a{i}" for i in range(4)], 0)
+    gate = tmp_path / "gate.json"
+    write_gate(str(gate), {topic: {"0": 4, "1": 0}})
+    df = stream(session, kafka, gated, subscribe=topic, startingOffsets="earliest", gate=str(gate))
+    query, name = to_memory(df, tmp_path / "checkpoint")
+    try:
+        query.processAllAvailable()
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        for future in admin.create_partitions([NewPartitions(topic, 3)]).values():
+            future.result(TIMEOUT)
+        added = produce(kafka, topic, [f"c{i}" for i in range(6)], 2)
+        query.processAllAvailable()  # the gate does not name partition 2: nothing of it
         assert_df_equality(landed(session, name), expected(session, rows))
+        write_gate(str(gate), {topic: {"0": 4, "1": 0, "2": 4}})
+        query.processAllAvailable()
+        assert_df_equality(landed(session, name), expected(session, rows + added[:4]))
     finally:
         query.stop()
 
@@ -249,3 +305,26 @@ def test_a_missing_topic_or_a_setting_librdkafka_refuses_stops_the_query_saying_
         query, _ = to_memory(stream(session, kafka, **options), tmp_path / name, True)
         with pytest.raises(StreamingQueryException, match=re.escape(message)):
             query.awaitTermination(120)
+
+
+def test_a_session_without_the_gated_readers_jars_is_refused_in_one_line_naming_them(
+    session: SparkSession, kafka: kafka_jvm.KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_elastic import KafkaInput
+    from spark_elastic.errors import InputError
+    from spark_elastic.runtime import job as job_module
+
+    if "gated-kafka" not in session.conf.get("spark.jars", ""):
+        pytest.skip("no gated-kafka jar in the session: run 'make jars'")
+    source = KafkaInput(kafka.bootstrap, "t")
+    assert source.stream_reader(session, {"t": [0]}).load().schema == KAFKA_SCHEMA
+    # As the driver's class loader would see a session without the jar.
+    what, _ = job_module._GATED_JAR
+    monkeypatch.setattr(job_module, "_GATED_JAR", (what, "io.github.sparkelastic.kafka.Absent"))
+    with pytest.raises(InputError) as refused:
+        source.stream_reader(session, {"t": [0]})
+    assert str(refused.value) == (
+        "KafkaInput.reader: expected Spark's Kafka connector and the project's gated-kafka "
+        "jar in the session's spark.jars for reader='gated' ('make jars' puts them in "
+        ".cache/jars/spark-kafka), found the project's gated-kafka jar missing"
+    )

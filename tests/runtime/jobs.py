@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -184,6 +184,19 @@ def produce(log: EmbeddedLog, start: int, count: int) -> None:
         producer.send_many(users, [f"click-{i}".encode() for i in ids])
 
 
+def kafka_conf(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``--conf spark.jars=...`` for a job the environment points at Kafka (``CLICKS_KAFKA``).
+
+    Its containers read through the gated Spark source (``KafkaInput``'s default
+    reader), so they need Spark's connector and the project's jar.
+    """
+    if not env.get("CLICKS_KAFKA") or env.get("CLICKS_KAFKA_READER") == "elastic":
+        return ()
+    import kafka_jvm
+
+    return ("--conf", f"spark.jars={','.join(kafka_jvm.spark_kafka_jars())}")
+
+
 class JobStarter:
     """Starts ``spark-elastic job run`` of :data:`JOB` on the log under ``clicks``.
 
@@ -222,6 +235,7 @@ class JobStarter:
             # restart may outlast two 6 s leases on a loaded machine.
             *("--heartbeat-retries", "120"),
             *CONTAINER_CONF,
+            *kafka_conf(env),
             *extra,
         ]
         log_file = (clicks / f"coordinator-{len(self.started)}.log").open("w")

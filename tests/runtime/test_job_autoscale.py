@@ -12,7 +12,7 @@ mode of an input without a gate, such as Kafka read by Spark's own source:
 the warm-up renews a copy of its old owners' state and starts its query at
 the handover); ``test_job_run.py`` moves tasks through replaying warm-ups.
 The story runs on the embedded log and on a topic of the session's Kafka
-broker read through ``elastic-kafka`` (:data:`INPUTS`; ``make test-all``). At the
+broker read through the gated reader (:data:`INPUTS`; ``make test-all``). At the
 end, the sink's rows are compared with a single key-ordered pass over the same records: nothing
 lost, nothing applied twice, each key's records in order.
 (``benchmarks/bench_autoscale.py`` runs a x4 step from a steady load,

@@ -8,9 +8,10 @@ a coordinator restart, a killed container failed over and a merge (proven in
 specs), and the stateless job's story. The click-count job
 (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA`` and ``CLICKS_OUT_TOPIC``)
 reads a topic of the session's broker
-(the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through
-spark-elastic's own ``elastic-kafka`` source (no connector jars: moved
-tasks warm up by replaying behind its gate), and writes its rows to
+(the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through Spark's Kafka
+source held at a gate (``KafkaInput``'s default ``gated`` reader: moved
+tasks warm up by replaying behind the gate; the containers get the jars
+``make jars`` put in .cache/jars/spark-kafka), and writes its rows to
 another topic through
 an exactly-once ``KafkaSink``. Records are produced with librdkafka's
 ``murmur2_random`` partitioner, which is Java's. As on the embedded log
@@ -357,7 +358,7 @@ def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_sc
 ) -> None:
     # The stateless job (examples/jobs/click_tasks.py: every click tagged with its virtual
     # task, to Parquet) on 3 containers reading 2 partitions at factor 4 through
-    # elastic-kafka: a container killed, a live split to factor 8, a scale 3 -> 2, each
+    # the gated reader: a container killed, a live split to factor 8, a scale 3 -> 2, each
     # while records arrive. Each record's row is published once, tagged with its task at
     # the factor in force when it was read.
     kafka_jvm.create_topics(kafka.bootstrap, {TAGGED: 2})

@@ -143,7 +143,7 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
             "b1:9092,b2:9092",
             ("clicks", "views"),
             max_records_per_batch=500,
-            kafka_options=java if reader == "spark" else {},
+            kafka_options=java if reader != "elastic" else {},
             admin_options={"security.protocol": "SSL", "ssl.ca.location": "/ca.pem"},
             reader=reader,
         )
@@ -162,12 +162,14 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
         "kafka.ssl.truststore.location": "/t.jks",
         **shared,
     }
+    # The gated reader is Spark's consumer too.
+    assert kafka_input("gated").source_options(partitions) == kafka_options
     assert kafka_input("elastic").source_options(partitions) == {
         "kafka.security.protocol": "SSL",
         "kafka.ssl.ca.location": "/ca.pem",
         **shared,
     }
-    assert KafkaInput("b1:9092", "clicks").reader == "elastic"
+    assert KafkaInput("b1:9092", "clicks").reader == "gated"
     shared = {k: v for k, v in kafka_options.items() if not k.startswith("kafka.")}
     assert log.source_options(partitions) == {"path": str(tmp_path), **shared}
     # The log source ignores kafka.*: a Kafka job's options read the embedded log the same way.
@@ -210,10 +212,10 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
             {"reader": "java"},
             ArgumentError,
             "KafkaInput.reader: expected a Kafka source, found 'java' "
-            "(valid choices: 'elastic', 'spark')",
+            "(valid choices: 'gated', 'elastic', 'spark')",
         ),
         (
-            {"kafka_options": {"security.protocol": "SSL"}},
+            {"kafka_options": {"security.protocol": "SSL"}, "reader": "elastic"},
             ArgumentError,
             "KafkaInput.kafka_options: expected none with reader='elastic' (its clients are "
             "librdkafka's: give their settings in admin_options), or reader='spark', "
@@ -270,7 +272,7 @@ def test_the_kafka_example_creates_its_topic_once_and_produces_keyed_clicks(
     assert wrong.stderr.splitlines()[-1].endswith("found 0, 20000, 0")
 
 
-def test_moved_tasks_replay_behind_elastic_kafkas_gate_and_take_snapshots_with_sparks_source(
+def test_moved_tasks_replay_behind_a_gated_reader_and_take_snapshots_with_sparks_source(
     tmp_path: Path,
 ) -> None:
     from dataclasses import replace
@@ -286,6 +288,7 @@ def test_moved_tasks_replay_behind_elastic_kafkas_gate_and_take_snapshots_with_s
     settings = ContainerSettings("c1", "http://127.0.0.1:1", "unused")
     assert settings.warmup == "replay"
     assert _replays(job(KafkaInput("b:9092", "clicks")), settings)
+    assert _replays(job(KafkaInput("b:9092", "clicks", reader="elastic")), settings)
     assert _replays(job(LogInput(str(tmp_path), "clicks")), settings)
     assert not _replays(job(KafkaInput("b:9092", "clicks", reader="spark")), settings)
     assert not _replays(job(KafkaInput("b:9092", "clicks")), replace(settings, warmup="snapshot"))

@@ -4,7 +4,7 @@ The broker is the session's second one (the ``kafka_sasl`` fixture:
 Kafka 4 on 127.0.0.1, user ``alice``). A ``KafkaInput``'s ``admin_options``
 (librdkafka) reach its partition counts, end offsets, group commits and the
 ``elastic-kafka`` source's clients, its ``kafka_options`` (Java's client
-properties) Spark's consumer, and a
+properties) Spark's consumer (of the ``gated`` and ``spark`` readers), and a
 ``KafkaSink``'s ``kafka_options`` its transactional producer. A wrong
 password is one line naming the options that carry it.
 """
@@ -105,14 +105,10 @@ def test_a_sink_logs_in_and_publishes_its_batch(
 
 @pytest.mark.slow
 def test_sparks_consumer_and_ours_log_in_with_the_inputs_options(
-    kafka_sasl: kafka_jvm.KafkaBroker, tmp_path: Path
+    spark: SparkSession, kafka_sasl: kafka_jvm.KafkaBroker, tmp_path: Path
 ) -> None:
     from confluent_kafka import Producer
 
-    try:
-        jars = kafka_jvm.spark_kafka_jars()
-    except kafka_jvm.KafkaJvmError as missing:
-        pytest.skip(str(missing))
     options = kafka_sasl.client_options
     kafka_jvm.create_topics(kafka_sasl.bootstrap, {"sasl-read": 2}, options=options)
     producer = Producer({**options, "bootstrap.servers": kafka_sasl.bootstrap})
@@ -121,15 +117,15 @@ def test_sparks_consumer_and_ours_log_in_with_the_inputs_options(
     assert producer.flush(TIMEOUT) == 0
 
     # Spark's consumer takes the Java client's settings, ours librdkafka's (admin_options).
-    for reader in ("spark", "elastic"):
+    for reader in ("gated", "spark", "elastic"):
         source = KafkaInput(
             kafka_sasl.bootstrap,
             ("sasl-read",),
-            kafka_options=java_options("alice", "alice-secret") if reader == "spark" else {},
+            kafka_options=java_options("alice", "alice-secret") if reader != "elastic" else {},
             admin_options=options,
             reader=reader,
         )
         (tmp_path / reader).mkdir()
-        read = read_with_spark(source, 2, jars, tmp_path / reader)
+        read = read_with_spark(spark, source, 2, tmp_path / reader)
         keys = sorted(key for key, _, _ in read["rows"])
         assert keys == sorted(f"user-{i}" for i in range(30)), reader
