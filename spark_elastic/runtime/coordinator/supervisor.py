@@ -1,6 +1,7 @@
 """The coordinator's state machine: the job model, container leases, failover, changes.
 
-No I/O but the store and the launcher (:mod:`.launcher`); where tasks go is
+No I/O but the store and the container processes (:mod:`.processes`, the one
+place they are signalled, through a :mod:`.launcher`); where tasks go is
 :mod:`.placement`'s pure functions; the HTTP server (:mod:`.server`)
 calls in from its event loop, one call at a time, so nothing here locks.
 
@@ -51,7 +52,6 @@ The recipe, in small steps:
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -88,6 +88,7 @@ from spark_elastic.runtime.coordinator.placement import (
     initial_assignment,
     scale_assignment,
 )
+from spark_elastic.runtime.coordinator.processes import Processes
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.coordinator.status import (
     Facts,
@@ -209,7 +210,7 @@ class Supervisor:
     store
         The coordinator's store.
     launcher
-        Starts container processes.
+        Starts and signals container processes (through :class:`.processes.Processes`).
     url
         The coordinator's URL, passed to containers.
     containers
@@ -282,13 +283,10 @@ class Supervisor:
         self._not_before: dict[str, float] = {}
         self._causes: dict[str, str] = {}
         self._committed: set[str] = set()
-        # Processes to SIGKILL at a time (clock) unless they exited: cancelled warm-ups,
-        # containers of a failed job.
-        self._kill_at: dict[str, float] = {}
         self._job_state: dict[str, Any] = {"state": "running", "at": None, "why": ""}
         self.warm_ups = warm_ups
         self.store = store
-        self.launcher = launcher
+        self.processes = Processes(launcher, clock, terms.lease_s)
         self.url = url
         self.terms = terms
         self.startup_s = startup_s
@@ -570,9 +568,9 @@ class Supervisor:
         beside a process still on its way out."""
         for old_id, renewed_at in list(self._retired.items()):
             old = self._records[old_id]
-            stopped = not self.launcher.alive(old.pid or 0, old_id)
+            stopped = not self.processes.alive(old.pid, old_id)
             if stopped or self.clock() > self.terms.reassignable_at(renewed_at):
-                self.launcher.kill(old.pid or 0, old_id, signal.SIGKILL)
+                self.processes.kill(old.pid, old_id)
             if stopped:
                 del self._retired[old_id]
                 self._finishing.pop(old_id, None)
@@ -585,7 +583,7 @@ class Supervisor:
             COORDINATOR_URL_ENV: self.url,
             JOB_ENV: self.shape.spec,
         }
-        pid = self.launcher.launch(record.id, env)
+        pid = self.processes.launch(record.id, env)
         with self.store.transaction() as db:
             self.store.update_container(db, record.id, pid=pid, launched_at=time.time())
             self.store.add_event(
@@ -748,7 +746,7 @@ class Supervisor:
                 return f"lease expired {late:.1f} s ago (margin {self.terms.margin_s:.1f} s)"
             return None
         # Not registered: it never held a lease, so it cannot have written anything.
-        if record.pid is not None and not self.launcher.alive(record.pid, container_id):
+        if record.pid is not None and not self.processes.alive(record.pid, container_id):
             return "its process exited before it registered"
         # A warm-up's readiness is bounded by its change's deadline (it may take long to
         # follow its old owners); anything else must register within the start-up bound,
@@ -759,8 +757,7 @@ class Supervisor:
 
     def tick(self) -> None:
         """Fail over every container whose lease (or start-up time) ran out; launch pending ones."""
-        self.launcher.reap()
-        self._kill_doomed()
+        self.processes.reap()
         if self._job_state["state"] != "running":
             return  # a failed job: nothing is launched or moved until `job run` resumes it
         now = self.clock()
@@ -958,24 +955,10 @@ class Supervisor:
         return summary
 
     def _doom(self, container_id: str, state: str) -> None:
-        """No lease any more: SIGTERM now, SIGKILL a lease later unless it exited."""
+        """No lease any more: stopped now, killed a lease later unless it exited."""
         self._live.pop(container_id, None)
         self._set(container_id, state=state, ended_at=time.time())
-        record = self._records[container_id]
-        if record.pid is not None:
-            self.launcher.terminate(record.pid, container_id)
-            self._kill_at[container_id] = self.clock() + self.terms.lease_s
-
-    def _kill_doomed(self) -> None:
-        """The one place a doomed container's process is killed, once its time is up."""
-        for container_id, at in list(self._kill_at.items()):
-            record = self._records[container_id]
-            pid = record.pid or 0
-            if not self.launcher.alive(pid, container_id):
-                self.launcher.kill(pid, container_id, signal.SIGKILL)  # what is left of it
-                del self._kill_at[container_id]
-            elif self.clock() > at:
-                self.launcher.kill(pid, container_id, signal.SIGKILL)
+        self.processes.doom(self._records[container_id].pid, container_id)
 
     # crash loops
 
@@ -1209,7 +1192,7 @@ class Supervisor:
             if live is not None and record.pid is not None:
                 self._retired[record.id] = live.renewed_at
                 self._finishing[record.id] = self.clock() + self.terms.lease_s
-                self.launcher.terminate(record.pid, record.id)
+                self.processes.stop(record.pid, record.id)
 
     def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
         """Where a successor of ``record`` starts from: its checkpoint once it reported a
@@ -1282,9 +1265,8 @@ class Supervisor:
             with self.store.transaction() as db:
                 self._phase(db, WARMING)
         self._count("failovers")
-        if old.pid is not None:
-            # Fenced already (its lease is over); killing it just frees its resources.
-            self.launcher.kill(old.pid, old_id, signal.SIGKILL)
+        # Fenced already (its lease is over); killing it just frees its resources.
+        self.processes.kill(old.pid, old_id)
 
     # 7. autoscale
 
@@ -1364,8 +1346,7 @@ class Supervisor:
         """
         live = [r for r in self._records.values() if r.live]
         for record in live:
-            if record.pid is not None:
-                self.launcher.terminate(record.pid, record.id)
+            self.processes.stop(record.pid, record.id)
         retiring = [self._records[c] for c in self._retired if self._records[c].pid is not None]
         # Those never launched stop too (as "stopped"): a resume treats every container alike.
         return [*live, *retiring]
@@ -1383,7 +1364,7 @@ class Supervisor:
         bool
             True while one of their processes is alive.
         """
-        return any(r.pid is not None and self.launcher.alive(r.pid, r.id) for r in stopping)
+        return any(self.processes.alive(r.pid, r.id) for r in stopping)
 
     def stop_end(self, stopping: Sequence[ContainerRecord], failed: str | None = None) -> None:
         """SIGKILL what is left, and record the job as stopped (``job run`` resumes it).
@@ -1396,8 +1377,7 @@ class Supervisor:
             Why the coordinator stops, when it failed (recorded in the event).
         """
         for record in stopping:
-            if record.pid is not None:
-                self.launcher.kill(record.pid, record.id, signal.SIGKILL)
+            self.processes.kill(record.pid, record.id)
         live = [r for r in stopping if r.live]
         with self.store.transaction() as db:
             for record in live:
@@ -1419,8 +1399,8 @@ class Supervisor:
     def kill_all(self) -> None:
         """SIGKILL every process this coordinator knows of (the last resort of a failed stop)."""
         for record in self._records.values():
-            if record.pid is not None and (record.live or record.id in self._retired):
-                self.launcher.kill(record.pid, record.id, signal.SIGKILL)
+            if record.live or record.id in self._retired:
+                self.processes.kill(record.pid, record.id)
 
     def job_state(self) -> dict[str, Any]:
         """The job's own state: ``running``, ``stopped`` or ``failed``, since when, and why.
