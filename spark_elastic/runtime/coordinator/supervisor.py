@@ -90,6 +90,7 @@ from spark_elastic.runtime.coordinator.placement import (
 )
 from spark_elastic.runtime.coordinator.processes import Processes
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
+from spark_elastic.runtime.coordinator.retiring import Retiring
 from spark_elastic.runtime.coordinator.status import (
     Facts,
     group_offsets,
@@ -296,14 +297,8 @@ class Supervisor:
         self._live: dict[str, _Live] = {}
         self._records: dict[str, ContainerRecord] = {}
         self.partitions = PartitionMonitor(self, watch, partition_check_s, shape.grouper)
-        # Predecessors a successor waits for: retired id -> when its lease was last renewed.
-        self._retired: dict[str, float] = {}
-        # Retired containers finishing their batch in flight: id -> until when (clock) their
-        # heartbeats still renew their lease.
-        self._finishing: dict[str, float] = {}
-        # Retired containers whose query has stopped (they said so): they write nothing any
-        # more, though their processes are still on their way out.
-        self._stopped: set[str] = set()
+        # Predecessors a successor waits for, finishing their batch in flight.
+        self.retiring = Retiring(terms.lease_s)
         self.moves = Mover(self, shape.stateful, catch_up_s)
         # One coordinator per job: a second one is refused here, before it changes anything.
         claimed = store.epoch is None
@@ -340,8 +335,7 @@ class Supervisor:
                 )
             elif record.state == "retired" and record.pid is not None:
                 # It may still be stopping: its successor waits for it as for a live lease.
-                self._retired[record.id] = now
-                self._finishing[record.id] = now + self.terms.lease_s
+                self.retiring.retire(record.id, now, now)
         self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
         return self._resume(stored)
 
@@ -408,10 +402,7 @@ class Supervisor:
         for live in self._live.values():
             live.renewed_at = max(live.renewed_at, now)
             live.launched_at = max(live.launched_at, now)
-        for old_id in self._retired:
-            self._retired[old_id] = max(self._retired[old_id], now)
-            if old_id in self._finishing:
-                self._finishing[old_id] = now + self.terms.lease_s
+        self.retiring.serving(now)
 
     def deaf_for(self, seconds: float) -> None:
         """The coordinator heard no one for the last ``seconds``: no lease is charged for them.
@@ -440,11 +431,7 @@ class Supervisor:
                 live.renewed_at += seconds
             if live.launched_at <= began:
                 live.launched_at += seconds
-        for old_id, renewed_at in self._retired.items():
-            if renewed_at <= began:
-                self._retired[old_id] = renewed_at + seconds
-        for old_id, until in self._finishing.items():
-            self._finishing[old_id] = until + seconds
+        self.retiring.deaf_for(began, seconds)
         self._count("stalls")
 
     def _check_same_job(self, stored: JobModel) -> None:
@@ -554,7 +541,7 @@ class Supervisor:
         A question only: what it knows is as of the last :meth:`_reap_retired` (each
         tick), which can only make it wait longer, never less.
         """
-        return [old for old in self._retired if old not in self._stopped]
+        return self.retiring.may_write()
 
     def _reap_retired(self) -> None:
         """Forget retired containers that stopped; kill those whose lease and margin ran
@@ -566,15 +553,15 @@ class Supervisor:
         lease's end is forgotten only once its process is seen gone, at a later
         tick: SIGKILL takes effect asynchronously, and no successor is launched
         beside a process still on its way out."""
-        for old_id, renewed_at in list(self._retired.items()):
+        for old_id in self.retiring:
             old = self._records[old_id]
             stopped = not self.processes.alive(old.pid, old_id)
-            if stopped or self.clock() > self.terms.reassignable_at(renewed_at):
+            if stopped or self.clock() > self.terms.reassignable_at(
+                self.retiring.renewed_at(old_id)
+            ):
                 self.processes.kill(old.pid, old_id)
             if stopped:
-                del self._retired[old_id]
-                self._finishing.pop(old_id, None)
-                self._stopped.discard(old_id)
+                self.retiring.forget(old_id)
 
     def _launch(self, record: ContainerRecord) -> None:
         env = {
@@ -604,10 +591,9 @@ class Supervisor:
     def _reply(self, container_id: str) -> HeartbeatReply:
         live = self._live.get(container_id)
         now = self.clock()
-        if live is None and now < self._finishing.get(container_id, now):
+        if live is None and self.retiring.heard(container_id, now):
             # Retired and finishing its batch in flight: its lease holds until it exits
             # (its successor waits for that) or its time to finish runs out.
-            self._retired[container_id] = now
             self._count("heartbeats_alive")
             return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
         if live is None:
@@ -645,8 +631,8 @@ class Supervisor:
         reply = self._reply(container_id)
         if reply.alive and caught_up and self.model.warmup(container_id) is not None:
             self.moves.caught_up(container_id)
-        if reply.alive and stopped and container_id in self._retired:
-            self._stopped.add(container_id)
+        if reply.alive and stopped:
+            self.retiring.said_stopped(container_id)
         return reply
 
     def register(self, registration: Registration) -> HeartbeatReply:
@@ -874,7 +860,7 @@ class Supervisor:
         return (
             not self.model.warmups
             and self.partitions.growth() is None
-            and not self._retired
+            and not self.retiring
             and all(self._records[c.container_id].state == "running" for c in self.model.containers)
         )
 
@@ -1190,8 +1176,7 @@ class Supervisor:
             live = self._live.pop(record.id, None)
             self._set(record.id, state="retired", ended_at=time.time())
             if live is not None and record.pid is not None:
-                self._retired[record.id] = live.renewed_at
-                self._finishing[record.id] = self.clock() + self.terms.lease_s
+                self.retiring.retire(record.id, live.renewed_at, self.clock())
                 self.processes.stop(record.pid, record.id)
 
     def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
@@ -1347,7 +1332,7 @@ class Supervisor:
         live = [r for r in self._records.values() if r.live]
         for record in live:
             self.processes.stop(record.pid, record.id)
-        retiring = [self._records[c] for c in self._retired if self._records[c].pid is not None]
+        retiring = [self._records[c] for c in self.retiring if self._records[c].pid is not None]
         # Those never launched stop too (as "stopped"): a resume treats every container alike.
         return [*live, *retiring]
 
@@ -1393,13 +1378,12 @@ class Supervisor:
         for record in live:
             self._set(record.id, state="stopped")
             self._live.pop(record.id, None)
-        self._retired.clear()
-        self._finishing.clear()
+        self.retiring.clear()
 
     def kill_all(self) -> None:
         """SIGKILL every process this coordinator knows of (the last resort of a failed stop)."""
         for record in self._records.values():
-            if record.live or record.id in self._retired:
+            if record.live or record.id in self.retiring:
                 self.processes.kill(record.pid, record.id)
 
     def job_state(self) -> dict[str, Any]:
