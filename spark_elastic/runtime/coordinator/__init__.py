@@ -10,7 +10,9 @@ shows, as pure functions of what the supervisor knows), :mod:`.placement`
 (how containers are started and stopped: the ``Launcher`` protocol and
 local processes), :mod:`.processes` (the one place container processes are
 launched, stopped and killed, through a launcher), :mod:`.retiring`
-(retired containers their successors wait for), :mod:`.registry` (the SQLite store of job model
+(retired containers their successors wait for), :mod:`.crash_loops`
+(failures at start carried to successors, backoffs, reported causes),
+:mod:`.registry` (the SQLite store of job model
 versions, containers, generations and events), :mod:`.server` (the HTTP
 API, status page and metrics), :mod:`.changes` (a change's phases and
 deadlines, pure), :mod:`.autoscaler` (the autoscaler's policy, pure) and

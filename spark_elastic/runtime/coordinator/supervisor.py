@@ -76,6 +76,7 @@ from spark_elastic.runtime.coordinator.changes import (
     deadline_outcome,
     refuse_cancel,
 )
+from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
 from spark_elastic.runtime.coordinator.launcher import Launcher
 from spark_elastic.runtime.coordinator.moves import MovePlan, Mover, factor_move, scale_move
 from spark_elastic.runtime.coordinator.partitions import (
@@ -277,13 +278,7 @@ class Supervisor:
         self.change: Change | None = None
         """The change in flight (growth, scale, factor change), or None."""
         self._phase_started = clock()
-        # Crash loops: failures at start carried from a container to its successor, when
-        # each successor may launch (backoff), what containers said killed them, and which
-        # containers committed a batch (a commit ends a crash loop).
-        self._start_failures: dict[str, StartFailures] = {}
-        self._not_before: dict[str, float] = {}
-        self._causes: dict[str, str] = {}
-        self._committed: set[str] = set()
+        self.crash_loops = CrashLoops()
         self._job_state: dict[str, Any] = {"state": "running", "at": None, "why": ""}
         self.warm_ups = warm_ups
         self.store = store
@@ -311,7 +306,7 @@ class Supervisor:
             self.model = self._load_or_plan(containers)
             self.change = self._load_change()
             # Containers that committed before a restart are past their start.
-            self._committed = set(self.store.throughput())
+            self.crash_loops.past_start(self.store.throughput())
             self.autoscaling = Autoscaling.load(store, clock, autoscaler, self._task_count())
         except BaseException:
             if claimed:
@@ -523,7 +518,7 @@ class Supervisor:
                 and record.pid is None
                 and not self._waits(record)
                 and not self._cold(record.id)
-                and self._not_before.get(record.id, 0.0) <= self.clock()
+                and self.crash_loops.may_launch(record.id, self.clock())
             ):
                 self._launch(record)
 
@@ -704,8 +699,7 @@ class Supervisor:
                 )
             self.store.save_progress(report)
             self.autoscaling.keep_report(report, self._live)
-            self._committed.add(report.container_id)
-            self._start_failures.pop(report.container_id, None)
+            self.crash_loops.commit(report.container_id)
         return reply
 
     def _task_lags(self) -> dict[str, int]:
@@ -967,7 +961,7 @@ class Supervisor:
             ``alive: false``.
         """
         cause = " ".join(cause.split())[:500] or "unknown"
-        self._causes[container_id] = cause
+        self.crash_loops.reported(container_id, cause)
         if container_id in self._records:
             self.store.event("fail", container_id, cause)
         if container_id in self._live and self._job_state["state"] == "running":
@@ -1189,18 +1183,17 @@ class Supervisor:
         its sources: its successor replays from there (state stays exact, its
         bucket offsets committed with it; output is at-least-once anyway).
         """
-        return (record.checkpoint,) if record.id in self._committed else record.sources
+        return record.sources if self.crash_loops.at_start(record.id) else (record.checkpoint,)
 
     def _fail_over(self, old_id: str, reason: str) -> None:
         old = self._records[old_id]
         warming = self.model.warmup(old_id) is not None
         # A container that never committed failed at start: its successor inherits the
         # tally, waits its backoff, and too many of one cause fail the job.
-        at_start = old_id not in self._committed
+        at_start = self.crash_loops.at_start(old_id)
         tally = StartFailures()
         if at_start:
-            cause = self._causes.get(old_id) or _cause_of(reason)
-            tally = self._start_failures.pop(old_id, StartFailures()).after(cause)
+            tally = self.crash_loops.failed_at_start(old_id, _cause_of(reason))
             if tally.count >= self.max_start_failures:
                 change = self.change
                 if warming and change is not None and refuse_cancel(change) is None:
@@ -1243,8 +1236,7 @@ class Supervisor:
         del self._live[old_id]
         self.model = model
         if at_start:
-            self._start_failures[new.container_id] = tally
-            self._not_before[new.container_id] = self.clock() + backoff_s(tally.count)
+            self.crash_loops.inherit(new.container_id, tally, self.clock())
         if self.change is not None and self.change.phase == CATCHING_UP and not model.stopping:
             # A failover calls the catching-up phase off: the group is no longer ready.
             with self.store.transaction() as db:
@@ -1422,8 +1414,8 @@ class Supervisor:
                 records=tuple(self._records.values()),
                 leases=dict(self._live),
                 rates={c: self.autoscaling.rate(c, now) for c in self._live},
-                causes=dict(self._causes),
-                start_failures=dict(self._start_failures),
+                causes=self.crash_loops.causes(),
+                start_failures=self.crash_loops.tallies(),
                 terms=self.terms,
                 startup_s=self.startup_s,
                 change=self.change,
