@@ -50,8 +50,9 @@ class ChangeHost(Protocol):
     """What a change's steps (a move's, a growth's) need of the supervisor, which is one.
 
     Its store, its job model (which a step replaces), the change in flight,
-    and the primitives every change is written with; they are the
-    supervisor's own, private to the coordinator package.
+    and the primitives every change is written with: the supervisor's
+    interface to :mod:`.moves` and :mod:`.partitions`, used by nothing
+    outside the coordinator package (which exports only :class:`Supervisor`).
     """
 
     model: JobModel
@@ -72,55 +73,55 @@ class ChangeHost(Protocol):
         ...
 
     @property
-    def _records(self) -> Mapping[str, ContainerRecord]:
+    def records(self) -> Mapping[str, ContainerRecord]:
         """Every container the coordinator knows, by id."""
         ...
 
-    def _new_container(
+    def new_container(
         self, db: Any, tasks: tuple[str, ...], sources: tuple[str, ...]
     ) -> ContainerModel:
         """A new container of the next generation, launching, saved in ``db``."""
         ...
 
-    def _next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
+    def next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
         """The job model's next version, saved in ``db`` (the one writer of versions)."""
         ...
 
-    def _begin_change(
+    def begin_change(
         self, db: Any, kind: str, summary: str, target: dict[str, Any], phase: str, groups: int = 1
     ) -> None:
         """A new change in flight, saved in ``db``."""
         ...
 
-    def _phase(self, db: Any, phase: str) -> None:
+    def enter_phase(self, db: Any, phase: str) -> None:
         """The change in flight enters ``phase``, saved in ``db``."""
         ...
 
-    def _save_change(self, db: Any, change: Change | None) -> None:
+    def save_change(self, db: Any, change: Change | None) -> None:
         """The change in flight is now ``change``, saved in ``db``."""
         ...
 
-    def _retire(self, records: Sequence[ContainerRecord]) -> None:
+    def retire(self, records: Sequence[ContainerRecord]) -> None:
         """Stop predecessors at a batch boundary; their successors wait for them."""
         ...
 
-    def _set(self, container_id: str, **changes: Any) -> None:
+    def set_record(self, container_id: str, **changes: Any) -> None:
         """Change a container's record in memory (the store was written already)."""
         ...
 
-    def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
+    def sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
         """Where a successor of ``record`` starts from."""
         ...
 
-    def _cold(self, container_id: str) -> bool:
+    def waits_cold(self, container_id: str) -> bool:
         """A new owner that, with warm-ups off, waits for its tasks to be handed over."""
         ...
 
-    def _may_write(self) -> list[str]:
+    def may_write(self) -> list[str]:
         """Retired containers that may still write."""
         ...
 
-    def _count(self, name: str) -> None:
+    def count(self, name: str) -> None:
         """Count one more of ``name`` (the coordinator's counters)."""
         ...
 
@@ -293,10 +294,10 @@ class Mover:
         """
         host = self.host
         with host.store.transaction() as db:
-            warmups = [host._new_container(db, tasks, ()) for tasks in plan.sets if tasks]
+            warmups = [host.new_container(db, tasks, ()) for tasks in plan.sets if tasks]
             self._mark_move(db, warmups)
-            model = host._next_model(db, warmups=warmups)
-            host._begin_change(
+            model = host.next_model(db, warmups=warmups)
+            host.begin_change(
                 db, plan.kind, plan.summary, dict(plan.target), WARMING, len(move_groups(model))
             )
             summary = plan.describe(len(warmups), model.version)
@@ -326,7 +327,7 @@ class Mover:
         until the new owners of the groups before it have reported progress
         (their queries run), so the job as a whole never stops at once.
         """
-        records = self.host._records
+        records = self.host.records
         groups = move_groups(self.host.model)
         if not groups:
             return
@@ -338,7 +339,7 @@ class Mover:
             if any(records[o.container_id].state != "retired" for o in owners):
                 self._stop_owners(warmups, owners)  # a restart between the two transactions
                 return
-            writing = self.host._may_write()
+            writing = self.host.may_write()
             if not any(o.container_id in writing for o in owners):
                 self._hand_to(warmups, owners)
             return
@@ -352,8 +353,8 @@ class Mover:
 
     def _ready(self, container_id: str) -> bool:
         """Whether a new owner may take its tasks: warm, or cold (never launched)."""
-        record = self.host._records[container_id]
-        return record.state == "warm" or (self.host._cold(container_id) and record.pid is None)
+        record = self.host.records[container_id]
+        return record.state == "warm" or (self.host.waits_cold(container_id) and record.pid is None)
 
     def _owners_may_shut_down(
         self, warmups: list[ContainerModel], owners: list[ContainerModel]
@@ -401,14 +402,14 @@ class Mover:
         if not ids <= set(host.model.stopping):
             stopping = tuple(sorted({*host.model.stopping, *ids}))
             with host.store.transaction() as db:
-                model = host._next_model(db, stopping=stopping)
+                model = host.next_model(db, stopping=stopping)
                 host.store.add_event(
                     db,
                     "move",
                     detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: "
                     f"they catch up with {', '.join(sorted(ids))} (job model {model.version})",
                 )
-                host._phase(db, CATCHING_UP)
+                host.enter_phase(db, CATCHING_UP)
             host.model = model
             self._caught_up.clear()
             self._catching_up_since = now
@@ -416,13 +417,13 @@ class Mover:
         if self._catching_up_since is None:  # listed by a coordinator before a restart
             self._catching_up_since = now
         caught = not self.stateful or all(
-            w.container_id in self._caught_up or host._cold(w.container_id) for w in warmups
+            w.container_id in self._caught_up or host.waits_cold(w.container_id) for w in warmups
         )
         return caught or now > self._catching_up_since + self.catch_up_s
 
     def _stop_owners(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         host = self.host
-        running = [host._records[o.container_id] for o in owners]
+        running = [host.records[o.container_id] for o in owners]
         running = [r for r in running if r.state != "retired"]
         # The job model lists them as stopping already (_warm_ups_caught_up did, first).
         self._catching_up_since = None
@@ -435,19 +436,19 @@ class Mover:
                 detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
                 f"{', '.join(r.id for r in running)} at a batch boundary",
             )
-            host._phase(db, HANDING_OVER)
-        host._retire(running)
+            host.enter_phase(db, HANDING_OVER)
+        host.retire(running)
 
     def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
         host = self.host
-        records = host._records
+        records = host.records
         holders = Holders(owners)
         taking = []
         with host.store.transaction() as db:
             for warm in warmups:
                 previous = sorted(holders.of(warm.tasks))
                 sources = tuple(
-                    dict.fromkeys(src for o in previous for src in host._sources_of(records[o]))
+                    dict.fromkeys(src for o in previous for src in host.sources_of(records[o]))
                 )
                 taking.append(replace(warm, sources=sources))
                 # A cold new owner launches now, as any successor does.
@@ -464,7 +465,7 @@ class Mover:
             current = host.model
             staying = [c for c in current.containers if c.container_id not in gone]
             left = tuple(w for w in current.warmups if w.container_id not in took)
-            model = host._next_model(
+            model = host.next_model(
                 db,
                 containers=[*staying, *taking],
                 warmups=left,
@@ -472,8 +473,8 @@ class Mover:
                 stopping=tuple(c for c in current.stopping if c not in gone),
             )
             if host.change is not None:
-                host._save_change(db, host.change.group_moved(time.time()))
+                host.save_change(db, host.change.group_moved(time.time()))
         for warm in taking:
             state = "running" if records[warm.container_id].state == "warm" else "launching"
-            host._set(warm.container_id, state=state, sources=warm.sources)
+            host.set_record(warm.container_id, state=state, sources=warm.sources)
         self.host.model = model

@@ -211,7 +211,7 @@ class PartitionMonitor:
             growth = {"counts": dict(counts), "barrier": barrier}
             with store.transaction() as db:
                 store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
-                host._begin_change(
+                host.begin_change(
                     db,
                     "growth",
                     f"partitions {dict(model.partitions)} -> {dict(counts)}",
@@ -224,7 +224,7 @@ class PartitionMonitor:
                     detail=f"growth {dict(model.partitions)} -> {dict(counts)}: old "
                     f"partitions drain to {_offsets_text(barrier)} before new ones are read",
                 )
-            host._count("partition_growths")
+            host.count("partition_growths")
         return check.verdict
 
     def advance(self) -> None:
@@ -245,17 +245,17 @@ class PartitionMonitor:
         """
         host = self.host
         store, current = host.store, host.model
-        old = [host._records[c.container_id] for c in current.containers]
+        old = [host.records[c.container_id] for c in current.containers]
         with store.transaction() as db:
-            successors = [host._new_container(db, r.tasks, host._sources_of(r)) for r in old]
-            model = host._next_model(
+            successors = [host.new_container(db, r.tasks, host.sources_of(r)) for r in old]
+            model = host.next_model(
                 db,
                 partitions=counts,
                 containers=successors,
                 planned_partitions=dict(current.planned),
             )
             store.set_meta(db, "growth", "")
-            host._phase(db, HANDING_OVER)
+            host.enter_phase(db, HANDING_OVER)
             for record, new in zip(old, successors, strict=True):
                 store.update_container(db, record.id, state="retired", ended_at=time.time())
                 store.add_event(
@@ -265,5 +265,5 @@ class PartitionMonitor:
                     f"takes {len(record.tasks)} tasks of {record.id} with partitions "
                     f"{counts}, job model {model.version}",
                 )
-        host._retire(old)
+        host.retire(old)
         host.model = model

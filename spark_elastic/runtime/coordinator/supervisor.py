@@ -290,7 +290,7 @@ class Supervisor:
         self.clock = clock
         self.counters: dict[str, int] = {}
         self._live: dict[str, _Live] = {}
-        self._records: dict[str, ContainerRecord] = {}
+        self.records: dict[str, ContainerRecord] = {}
         self.partitions = PartitionMonitor(self, watch, partition_check_s, shape.grouper)
         # Predecessors a successor waits for, finishing their batch in flight.
         self.retiring = Retiring(terms.lease_s)
@@ -322,7 +322,7 @@ class Supervisor:
         self._check_same_job(stored)
         now = self.clock()
         for record in self.store.containers():
-            self._records[record.id] = record
+            self.records[record.id] = record
             if record.live:
                 # Renewal times died with the previous coordinator: a fresh lease from now.
                 self._live[record.id] = _Live(
@@ -344,7 +344,7 @@ class Supervisor:
 
         def stopped(c: ContainerModel) -> bool:
             # A failed job's containers are stopped, the one that failed last is "failed".
-            return self._records[c.container_id].state in ("stopped", "failed")
+            return self.records[c.container_id].state in ("stopped", "failed")
 
         owners = [c for c in model.containers if stopped(c)]
         warmups = [w for w in model.warmups if stopped(w)]
@@ -352,13 +352,13 @@ class Supervisor:
             return model
         with self.store.transaction() as db:
             heirs = {
-                c.container_id: self._new_container(
-                    db, c.tasks, self._sources_of(self._records[c.container_id])
+                c.container_id: self.new_container(
+                    db, c.tasks, self.sources_of(self.records[c.container_id])
                 )
                 for c in owners
             }
-            heirs.update({w.container_id: self._new_container(db, w.tasks, ()) for w in warmups})
-            resumed = self._next_model(
+            heirs.update({w.container_id: self.new_container(db, w.tasks, ()) for w in warmups})
+            resumed = self.next_model(
                 db,
                 model,
                 containers=[heirs.get(c.container_id, c) for c in model.containers],
@@ -427,7 +427,7 @@ class Supervisor:
             if live.launched_at <= began:
                 live.launched_at += seconds
         self.retiring.deaf_for(began, seconds)
-        self._count("stalls")
+        self.count("stalls")
 
     def _check_same_job(self, stored: JobModel) -> None:
         shape = self.shape
@@ -459,12 +459,12 @@ class Supervisor:
             self.store.set_meta(db, "spec", self.shape.spec)
             self.store.set_meta(db, "plannedFactor", str(self.shape.elasticity_factor))
             for tasks in chunks:
-                entries.append(self._new_container(db, tasks, ()))
+                entries.append(self.new_container(db, tasks, ()))
             # Version 1 follows an empty version 0, which is never stored.
             empty = JobModel(
                 0, self.shape.name, self.shape.elasticity_factor, dict(self.shape.partitions)
             )
-            model = self._next_model(db, empty, containers=entries)
+            model = self.next_model(db, empty, containers=entries)
             self.store.add_event(
                 db,
                 "start",
@@ -472,7 +472,7 @@ class Supervisor:
             )
         return model
 
-    def _next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
+    def next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
         """The job model's next version, saved in ``db``'s transaction: the one writer of
         job model versions.
 
@@ -487,7 +487,7 @@ class Supervisor:
         self.store.save_model(db, model)
         return model
 
-    def _new_container(
+    def new_container(
         self, db: Any, tasks: tuple[str, ...], sources: tuple[str, ...]
     ) -> ContainerModel:
         generation = self.store.next_generation(db)
@@ -507,30 +507,30 @@ class Supervisor:
             None,
         )
         self.store.add_container(db, record)
-        self._records[container_id] = record
+        self.records[container_id] = record
         return ContainerModel(container_id, tasks, generation, checkpoint, sources)
 
     def launch_pending(self) -> None:
         """Start every container that is launching, has no process yet, and waits for no one."""
-        for record in list(self._records.values()):
+        for record in list(self.records.values()):
             if (
                 record.state == "launching"
                 and record.pid is None
                 and not self._waits(record)
-                and not self._cold(record.id)
+                and not self.waits_cold(record.id)
                 and self.crash_loops.may_launch(record.id, self.clock())
             ):
                 self._launch(record)
 
-    def _cold(self, container_id: str) -> bool:
+    def waits_cold(self, container_id: str) -> bool:
         """A new owner that, with warm-ups off, waits for its tasks to be handed over."""
         return not self.warm_ups and self.model.warmup(container_id) is not None
 
     def _waits(self, record: ContainerRecord) -> bool:
         """Whether a predecessor retired by a handover may still write."""
-        return any(self._records[old].checkpoint in record.sources for old in self._may_write())
+        return any(self.records[old].checkpoint in record.sources for old in self.may_write())
 
-    def _may_write(self) -> list[str]:
+    def may_write(self) -> list[str]:
         """Retired containers that may still write: not gone, nor said their query stopped.
 
         A question only: what it knows is as of the last :meth:`_reap_retired` (each
@@ -549,7 +549,7 @@ class Supervisor:
         tick: SIGKILL takes effect asynchronously, and no successor is launched
         beside a process still on its way out."""
         for old_id in self.retiring:
-            old = self._records[old_id]
+            old = self.records[old_id]
             stopped = not self.processes.alive(old.pid, old_id)
             if stopped or self.clock() > self.terms.reassignable_at(
                 self.retiring.renewed_at(old_id)
@@ -571,16 +571,16 @@ class Supervisor:
             self.store.add_event(
                 db, "launch", record.id, f"pid {pid}, generation {record.generation}"
             )
-        self._set(record.id, pid=pid, launched_at=time.time())
+        self.set_record(record.id, pid=pid, launched_at=time.time())
         self._live[record.id] = _Live(self.clock(), False, launched_at=self.clock())
 
-    def _set(self, container_id: str, **changes: Any) -> None:
-        record = self._records[container_id]
-        self._records[container_id] = ContainerRecord(**{**record.__dict__, **changes})
+    def set_record(self, container_id: str, **changes: Any) -> None:
+        record = self.records[container_id]
+        self.records[container_id] = ContainerRecord(**{**record.__dict__, **changes})
 
     # 2. lease
 
-    def _count(self, name: str) -> None:
+    def count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
 
     def _reply(self, container_id: str) -> HeartbeatReply:
@@ -589,14 +589,14 @@ class Supervisor:
         if live is None and self.retiring.heard(container_id, now):
             # Retired and finishing its batch in flight: its lease holds until it exits
             # (its successor waits for that) or its time to finish runs out.
-            self._count("heartbeats_alive")
+            self.count("heartbeats_alive")
             return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
         if live is None:
-            self._count("heartbeats_invalid")
+            self.count("heartbeats_invalid")
             return HeartbeatReply(False, 0, self.model.version)
         live.renewed_at = now
         live.last_valid_beat = now
-        self._count("heartbeats_alive")
+        self.count("heartbeats_alive")
         return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
 
     def heartbeat(
@@ -652,7 +652,7 @@ class Supervisor:
             state = "warm" if warmup is not None else "running"
             # The launcher's handle stays the container's: the PID it reports is its own,
             # on a host the coordinator may not share.
-            pid = self._records[cid].pid
+            pid = self.records[cid].pid
             pid = registration.pid if pid is None else pid
             with self.store.transaction() as db:
                 self.store.update_container(
@@ -672,7 +672,7 @@ class Supervisor:
                     )
                 else:
                     self.store.add_event(db, "register", cid, f"pid {registration.pid}")
-            self._set(cid, state=state, pid=pid, registered_at=time.time())
+            self.set_record(cid, state=state, pid=pid, registered_at=time.time())
         return reply
 
     def progress(self, report: ProgressReport) -> HeartbeatReply:
@@ -690,7 +690,7 @@ class Supervisor:
         """
         reply = self._reply(report.container_id)
         if reply.alive:
-            mine = set(self._records[report.container_id].tasks)
+            mine = set(self.records[report.container_id].tasks)
             strangers = [t.task for t in report.tasks if t.task not in mine]
             if strangers:
                 raise ProtocolError(
@@ -719,7 +719,7 @@ class Supervisor:
     def _expired(self, container_id: str, now: float) -> str | None:
         """Why a live container's tasks may move now, or None."""
         live = self._live[container_id]
-        record = self._records[container_id]
+        record = self.records[container_id]
         if live.registered:
             if now > self.terms.reassignable_at(live.renewed_at):
                 late = now - self.terms.coordinator_expiry(live.renewed_at)
@@ -754,7 +754,7 @@ class Supervisor:
         self.launch_pending()
         if self.autoscaler.mode != "off":
             try:
-                self.autoscaling.decide(self.observe_load(), self, self._count)
+                self.autoscaling.decide(self.observe_load(), self, self.count)
             except Exception as exc:  # an optional policy must never stop leases and failovers
                 self.autoscaling.failed(exc, len(self.model.containers))
 
@@ -826,7 +826,7 @@ class Supervisor:
         self._phase_started = self.clock() - max(0.0, time.time() - change.phase_since)
         return change
 
-    def _save_change(self, db: Any, change: Change | None) -> None:
+    def save_change(self, db: Any, change: Change | None) -> None:
         """Persist the change in flight (None: none); its phase's clock restarts on a new phase."""
         old = self.change
         if change is not None and (
@@ -838,15 +838,15 @@ class Supervisor:
         )
         self.change = change
 
-    def _begin_change(
+    def begin_change(
         self, db: Any, kind: str, summary: str, target: dict[str, Any], phase: str, groups: int = 1
     ) -> None:
         now = time.time()
-        self._save_change(db, Change(kind, summary, target, phase, now, now, groups))
+        self.save_change(db, Change(kind, summary, target, phase, now, now, groups))
 
-    def _phase(self, db: Any, phase: str) -> None:
+    def enter_phase(self, db: Any, phase: str) -> None:
         if self.change is not None:
-            self._save_change(db, self.change.at(phase, time.time()))
+            self.save_change(db, self.change.at(phase, time.time()))
 
     def _change_done(self) -> bool:
         """Nothing of the change is left: no warm-up, no drain, no predecessor still
@@ -855,7 +855,7 @@ class Supervisor:
             not self.model.warmups
             and self.partitions.growth() is None
             and not self.retiring
-            and all(self._records[c.container_id].state == "running" for c in self.model.containers)
+            and all(self.records[c.container_id].state == "running" for c in self.model.containers)
         )
 
     def _settle_change(self) -> None:
@@ -866,7 +866,7 @@ class Supervisor:
         if self._change_done():
             took = time.time() - change.started_at
             with self.store.transaction() as db:
-                self._save_change(db, None)
+                self.save_change(db, None)
                 self.store.add_event(db, "change", detail=f"{change.summary}: done in {took:.0f} s")
             return
         elapsed = self.clock() - self._phase_started
@@ -880,7 +880,7 @@ class Supervisor:
             late = [
                 w.container_id
                 for w in self.model.warmups
-                if self._records[w.container_id].state == "launching"
+                if self.records[w.container_id].state == "launching"
             ]
             self.store.event(
                 "deadline",
@@ -921,8 +921,8 @@ class Supervisor:
                 self.store.update_container(
                     db, container_id, state="cancelled", ended_at=time.time()
                 )
-            model = self._next_model(db, warmups=(), stopping=())
-            self._save_change(db, None)
+            model = self.next_model(db, warmups=(), stopping=())
+            self.save_change(db, None)
             summary = (
                 f"{change.summary} rolled back: {why}; warm-ups {', '.join(warmups)} stop, "
                 f"the old owners keep their tasks (job model {model.version})"
@@ -937,8 +937,8 @@ class Supervisor:
     def _doom(self, container_id: str, state: str) -> None:
         """No lease any more: stopped now, killed a lease later unless it exited."""
         self._live.pop(container_id, None)
-        self._set(container_id, state=state, ended_at=time.time())
-        self.processes.doom(self._records[container_id].pid, container_id)
+        self.set_record(container_id, state=state, ended_at=time.time())
+        self.processes.doom(self.records[container_id].pid, container_id)
 
     # crash loops
 
@@ -962,7 +962,7 @@ class Supervisor:
         """
         cause = " ".join(cause.split())[:500] or "unknown"
         self.crash_loops.reported(container_id, cause)
-        if container_id in self._records:
+        if container_id in self.records:
             self.store.event("fail", container_id, cause)
         if container_id in self._live and self._job_state["state"] == "running":
             self._fail_over(container_id, f"it failed: {cause}")
@@ -971,7 +971,7 @@ class Supervisor:
     def _fail_job(self, old_id: str, reason: str, tally: StartFailures) -> None:
         """Too many failures at start: every container stops, the job is failed, saying why."""
         why = f"{tally.count} containers in a row failed before their first commit: {tally.cause}"
-        others = [r.id for r in self._records.values() if r.live and r.id != old_id]
+        others = [r.id for r in self.records.values() if r.live and r.id != old_id]
         with self.store.transaction() as db:
             self.store.update_container(db, old_id, state="failed", ended_at=time.time())
             for container_id in others:
@@ -982,11 +982,11 @@ class Supervisor:
             )
             self._set_job_state(db, "failed", why)
             if self.change is not None:
-                self._save_change(db, None)
+                self.save_change(db, None)
         self._doom(old_id, "failed")
         for container_id in others:
             self._doom(container_id, "stopped")
-        self._count("failovers")
+        self.count("failovers")
 
     # 6. scale
 
@@ -1050,20 +1050,20 @@ class Supervisor:
             )
         with self.store.transaction() as db:
             successors = [
-                self._new_container(
+                self.new_container(
                     db,
                     task_set,
                     tuple(
                         dict.fromkeys(
                             src
                             for t in task_set
-                            for src in self._sources_of(self._records[owner[t].container_id])
+                            for src in self.sources_of(self.records[owner[t].container_id])
                         )
                     ),
                 )
                 for task_set in new_sets
             ]
-            model = self._next_model(db, containers=[*kept, *successors])
+            model = self.next_model(db, containers=[*kept, *successors])
             summary = (
                 f"{len(current)} -> {containers} containers: {len(kept)} keep their tasks, "
                 f"{len(moved)} hand over to {len(successors)}, job model {model.version}"
@@ -1072,7 +1072,7 @@ class Supervisor:
                 self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
             else:
                 self.store.add_event(db, "scale", detail=summary)
-            self._begin_change(
+            self.begin_change(
                 db,
                 "scale",
                 f"{len(current)} -> {containers} containers",
@@ -1083,7 +1083,7 @@ class Supervisor:
                 self.store.update_container(
                     db, record.container_id, state="retired", ended_at=time.time()
                 )
-        self._retire([self._records[c.container_id] for c in moved])
+        self.retire([self.records[c.container_id] for c in moved])
         self.model = model
         # Any change of the count, a person's too, starts the autoscaler's cool-down.
         self.autoscaling.start_cool_down()
@@ -1153,13 +1153,13 @@ class Supervisor:
                 f"a change is under way ({self.change.describe()}); retry after it, or cancel "
                 "it (job scale URL --cancel)"
             )
-        waiting = sorted(r.id for r in self._records.values() if r.state == "launching")
+        waiting = sorted(r.id for r in self.records.values() if r.state == "launching")
         if waiting:
             raise ChangeRefusedError(
                 f"containers {waiting} are still starting; retry once they run"
             )
 
-    def _retire(self, records: Sequence[ContainerRecord]) -> None:
+    def retire(self, records: Sequence[ContainerRecord]) -> None:
         """Stop predecessors at a batch boundary; successors wait for them (``_waits``).
 
         Each gets SIGTERM and one lease to finish its micro-batch in flight
@@ -1168,12 +1168,12 @@ class Supervisor:
         """
         for record in records:
             live = self._live.pop(record.id, None)
-            self._set(record.id, state="retired", ended_at=time.time())
+            self.set_record(record.id, state="retired", ended_at=time.time())
             if live is not None and record.pid is not None:
                 self.retiring.retire(record.id, live.renewed_at, self.clock())
                 self.processes.stop(record.pid, record.id)
 
-    def _sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
+    def sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
         """Where a successor of ``record`` starts from: its checkpoint once it reported a
         committed batch, else what it was given (its own sources are never modified).
 
@@ -1186,7 +1186,7 @@ class Supervisor:
         return record.sources if self.crash_loops.at_start(record.id) else (record.checkpoint,)
 
     def _fail_over(self, old_id: str, reason: str) -> None:
-        old = self._records[old_id]
+        old = self.records[old_id]
         warming = self.model.warmup(old_id) is not None
         # A container that never committed failed at start: its successor inherits the
         # tally, waits its backoff, and too many of one cause fail the job.
@@ -1214,15 +1214,15 @@ class Supervisor:
         warming = self.model.warmup(old_id) is not None
         # A failover calls off a handover's first phase (its group is no longer ready): the
         # owners listed as stopping that still run go on, and their warm-ups follow again.
-        stopping = tuple(c for c in self.model.stopping if self._records[c].state == "retired")
+        stopping = tuple(c for c in self.model.stopping if self.records[c].state == "retired")
         with self.store.transaction() as db:
-            new = self._new_container(db, old.tasks, () if warming else self._sources_of(old))
+            new = self.new_container(db, old.tasks, () if warming else self.sources_of(old))
             if warming:
                 warmups = [w for w in self.model.warmups if w.container_id != old_id]
-                model = self._next_model(db, warmups=[*warmups, new], stopping=stopping)
+                model = self.next_model(db, warmups=[*warmups, new], stopping=stopping)
             else:
                 containers = [c for c in self.model.containers if c.container_id != old_id]
-                model = self._next_model(db, containers=[*containers, new], stopping=stopping)
+                model = self.next_model(db, containers=[*containers, new], stopping=stopping)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
             self.store.add_event(db, "expire", old_id, reason)
             self.store.add_event(
@@ -1232,7 +1232,7 @@ class Supervisor:
                 f"takes {len(old.tasks)} tasks of {old_id} in generation {new.generation}, "
                 f"job model {model.version}",
             )
-        self._set(old_id, state="expired", ended_at=time.time())
+        self.set_record(old_id, state="expired", ended_at=time.time())
         del self._live[old_id]
         self.model = model
         if at_start:
@@ -1240,8 +1240,8 @@ class Supervisor:
         if self.change is not None and self.change.phase == CATCHING_UP and not model.stopping:
             # A failover calls the catching-up phase off: the group is no longer ready.
             with self.store.transaction() as db:
-                self._phase(db, WARMING)
-        self._count("failovers")
+                self.enter_phase(db, WARMING)
+        self.count("failovers")
         # Fenced already (its lease is over); killing it just frees its resources.
         self.processes.kill(old.pid, old_id)
 
@@ -1321,10 +1321,10 @@ class Supervisor:
         list of ContainerRecord
             Every container whose process may still run (pass to the next two steps).
         """
-        live = [r for r in self._records.values() if r.live]
+        live = [r for r in self.records.values() if r.live]
         for record in live:
             self.processes.stop(record.pid, record.id)
-        retiring = [self._records[c] for c in self.retiring if self._records[c].pid is not None]
+        retiring = [self.records[c] for c in self.retiring if self.records[c].pid is not None]
         # Those never launched stop too (as "stopped"): a resume treats every container alike.
         return [*live, *retiring]
 
@@ -1368,13 +1368,13 @@ class Supervisor:
                     db, "stopped", "the coordinator stopped" + (f": {failed}" if failed else "")
                 )
         for record in live:
-            self._set(record.id, state="stopped")
+            self.set_record(record.id, state="stopped")
             self._live.pop(record.id, None)
         self.retiring.clear()
 
     def kill_all(self) -> None:
         """SIGKILL every process this coordinator knows of (the last resort of a failed stop)."""
-        for record in self._records.values():
+        for record in self.records.values():
             if record.live or record.id in self.retiring:
                 self.processes.kill(record.pid, record.id)
 
@@ -1411,7 +1411,7 @@ class Supervisor:
                 job=self.shape.name,
                 job_state=self.job_state(),
                 model=self.model,
-                records=tuple(self._records.values()),
+                records=tuple(self.records.values()),
                 leases=dict(self._live),
                 rates={c: self.autoscaling.rate(c, now) for c in self._live},
                 causes=self.crash_loops.causes(),
