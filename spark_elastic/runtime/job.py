@@ -202,11 +202,13 @@ class KafkaInput:
     ``assign``, ``startingOffsets`` and ``maxOffsetsPerTrigger`` options.
 
     ``reader="gated"`` (the default) reads with Spark's own Kafka source
-    (the Java client, ``read_uncommitted`` unless :attr:`kafka_options` say
-    otherwise) held at a gate file by the project's jar (``gated-kafka``:
-    ``java/``, built by ``make jars``), which a replaying warm-up holds at its
-    old owners' commits: a moved stateful task stalls for a micro-batch or
-    two rather than for a snapshot's copy. ``reader="elastic"`` reads with
+    (the Java client, ``read_committed`` unless :attr:`kafka_options` say
+    otherwise, where Spark's default is ``read_uncommitted``: a job reading
+    a :class:`KafkaSink`'s topic sees each output once) held at a gate file
+    by the project's jar (``gated-kafka``: ``java/``, built by ``make
+    jars``), which a replaying warm-up holds at its old owners' commits: a
+    moved stateful task stalls for a micro-batch or two rather than for a
+    snapshot's copy. ``reader="elastic"`` reads with
     the project's Python source (:mod:`spark_elastic.log.kafka_source`:
     librdkafka on the executors, ``read_committed``), gated too and needing
     no jars, at about two thirds of Spark's speed (``docs/benchmarks.md``).
@@ -507,10 +509,14 @@ class KafkaInput:
         dict[str, str]
             ``kafka.bootstrap.servers`` and the reader's client settings as
             ``kafka.*`` (:attr:`admin_options` for ``elastic``,
-            :attr:`kafka_options` for ``gated`` and ``spark``), plus the options
+            :attr:`kafka_options` for ``gated`` and ``spark``; ``gated`` reads
+            ``read_committed`` unless they say otherwise), plus the options
             :meth:`LogInput.source_options` gives the embedded log.
         """
         settings = self.admin_options if self.reader == "elastic" else self.kafka_options
+        if self.reader == "gated":
+            # As the elastic reader: a job reading a KafkaSink's topic sees each output once.
+            settings = {"isolation.level": "read_committed", **settings}
         client = {f"kafka.{name}": value for name, value in settings.items()}
         return {
             **client,

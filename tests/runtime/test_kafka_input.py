@@ -162,8 +162,13 @@ def test_the_kafka_reader_gets_exactly_the_embedded_log_sources_options(tmp_path
         "kafka.ssl.truststore.location": "/t.jks",
         **shared,
     }
-    # The gated reader is Spark's consumer too.
-    assert kafka_input("gated").source_options(partitions) == kafka_options
+    # The gated reader is Spark's consumer too, reading committed records unless told otherwise.
+    assert kafka_input("gated").source_options(partitions) == {
+        "kafka.isolation.level": "read_committed",
+        **kafka_options,
+    }
+    uncommitted = KafkaInput("b1:9092", "clicks", kafka_options={"isolation.level": "x"})
+    assert uncommitted.source_options({})["kafka.isolation.level"] == "x"
     assert kafka_input("elastic").source_options(partitions) == {
         "kafka.security.protocol": "SSL",
         "kafka.ssl.ca.location": "/ca.pem",
