@@ -3,7 +3,8 @@
 A container the job model lists as a *warm-up* (KIP-441) first starts its
 Spark application and Python workers; a stateful one then follows its old
 owners' committed state (:mod:`.follow`). When its input's source has a
-gate (the embedded log, or Kafka through the ``elastic-kafka`` source) it *replays*:
+gate (the embedded log, or Kafka through the ``gated-kafka`` or
+``elastic-kafka`` source) it *replays*:
 it takes a snapshot of its tasks' keys as its own checkpoint and starts
 its query there, reading up to where the old owners committed (the
 source's ``gate``) and applying those records to its state without output
