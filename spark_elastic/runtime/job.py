@@ -645,8 +645,8 @@ def _check_classes(spark: SparkSession, reader: str) -> None:
         raise InputError(
             f"KafkaInput.reader: expected {' and '.join(w for w, _ in needed)} in the "
             "session's spark.jars "
-            f"for reader={reader!r} ('make jars' puts them in .cache/jars/spark-kafka), "
-            f"found {' and '.join(missing)} missing"
+            f"for reader={reader!r} ('make jars' puts them in .cache/jars/spark-kafka; "
+            f"reader='elastic' needs none), found {' and '.join(missing)} missing"
         )
 
 

@@ -340,5 +340,6 @@ def test_a_session_without_the_gated_readers_jars_is_refused_in_one_line_naming_
     assert str(refused.value) == (
         "KafkaInput.reader: expected Spark's Kafka connector and the project's gated-kafka "
         "jar in the session's spark.jars for reader='gated' ('make jars' puts them in "
-        ".cache/jars/spark-kafka), found the project's gated-kafka jar missing"
+        ".cache/jars/spark-kafka; reader='elastic' needs none), found the project's "
+        "gated-kafka jar missing"
     )
