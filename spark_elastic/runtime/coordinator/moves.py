@@ -52,7 +52,8 @@ class ChangeHost(Protocol):
     Its store, its job model (which a step replaces), the change in flight,
     and the primitives every change is written with: the supervisor's
     interface to :mod:`.moves` and :mod:`.partitions`, used by nothing
-    outside the coordinator package (which exports only :class:`Supervisor`).
+    outside the coordinator package (the CLI drives the supervisor through
+    its operations: scale, change_factor, cancel_change, stop).
     """
 
     model: JobModel
