@@ -17,7 +17,7 @@ the next job model version, the change's phase, retiring containers), which
 it hands in as a :class:`ChangeHost`: here are the order of the steps and what
 a move remembers between ticks, not the job model's bookkeeping.
 
-May import: :mod:`.changes`, :mod:`.placement`, :mod:`.registry`, the shared
+May import: :mod:`.changes`, :mod:`.in_flight`, :mod:`.placement`, :mod:`.registry`, the shared
 runtime modules and the standard library. Never :mod:`.supervisor`: it
 hands itself in as a :class:`ChangeHost`.
 """
@@ -33,8 +33,8 @@ from spark_elastic.runtime.coordinator.changes import (
     CATCHING_UP,
     HANDING_OVER,
     WARMING,
-    Change,
 )
+from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.placement import may_shut_down, model_factor, tasks_at_factor
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.keys import Holders
@@ -49,9 +49,9 @@ Group = tuple[list[ContainerModel], list[ContainerModel]]
 class ChangeHost(Protocol):
     """What a change's steps (a move's, a growth's) need of the supervisor, which is one.
 
-    Its store, its job model (which a step replaces), the change in flight,
-    and the primitives every change is written with: the supervisor's
-    interface to :mod:`.moves` and :mod:`.partitions`, used by nothing
+    Its store, its job model (which a step replaces), the change in flight
+    (:class:`.in_flight.InFlight`), and the primitives every change is written
+    with: the supervisor's interface to :mod:`.moves` and :mod:`.partitions`, used by nothing
     outside the coordinator package (the CLI drives the supervisor through
     its operations: scale, change_factor, cancel_change, stop).
     """
@@ -64,8 +64,8 @@ class ChangeHost(Protocol):
         ...
 
     @property
-    def change(self) -> Change | None:
-        """The change in flight, or None."""
+    def flight(self) -> InFlight:
+        """The change in flight, which each step begins, moves through its phases or saves."""
         ...
 
     @property
@@ -86,20 +86,6 @@ class ChangeHost(Protocol):
 
     def next_model(self, db: Any, base: JobModel | None = None, **changes: Any) -> JobModel:
         """The job model's next version, saved in ``db`` (the one writer of versions)."""
-        ...
-
-    def begin_change(
-        self, db: Any, kind: str, summary: str, target: dict[str, Any], phase: str, groups: int = 1
-    ) -> None:
-        """A new change in flight, saved in ``db``."""
-        ...
-
-    def enter_phase(self, db: Any, phase: str) -> None:
-        """The change in flight enters ``phase``, saved in ``db``."""
-        ...
-
-    def save_change(self, db: Any, change: Change | None) -> None:
-        """The change in flight is now ``change``, saved in ``db``."""
         ...
 
     def retire(self, records: Sequence[ContainerRecord]) -> None:
@@ -298,7 +284,7 @@ class Mover:
             warmups = [host.new_container(db, tasks, ()) for tasks in plan.sets if tasks]
             self._mark_move(db, warmups)
             model = host.next_model(db, warmups=warmups)
-            host.begin_change(
+            host.flight.begin(
                 db, plan.kind, plan.summary, dict(plan.target), WARMING, len(move_groups(model))
             )
             summary = plan.describe(len(warmups), model.version)
@@ -410,7 +396,7 @@ class Mover:
                     detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: "
                     f"they catch up with {', '.join(sorted(ids))} (job model {model.version})",
                 )
-                host.enter_phase(db, CATCHING_UP)
+                host.flight.enter(db, CATCHING_UP)
             host.model = model
             self._caught_up.clear()
             self._catching_up_since = now
@@ -437,7 +423,7 @@ class Mover:
                 detail=f"warm-ups {', '.join(w.container_id for w in warmups)} ready: stopping "
                 f"{', '.join(r.id for r in running)} at a batch boundary",
             )
-            host.enter_phase(db, HANDING_OVER)
+            host.flight.enter(db, HANDING_OVER)
         host.retire(running)
 
     def _hand_to(self, warmups: list[ContainerModel], owners: list[ContainerModel]) -> None:
@@ -473,8 +459,9 @@ class Mover:
                 elasticity_factor=model_factor(current, [*staying, *taking], left),
                 stopping=tuple(c for c in current.stopping if c not in gone),
             )
-            if host.change is not None:
-                host.save_change(db, host.change.group_moved(time.time()))
+            change = host.flight.change
+            if change is not None:
+                host.flight.save(db, change.group_moved(time.time()))
         for warm in taking:
             state = "running" if records[warm.container_id].state == "warm" else "launching"
             host.set_record(warm.container_id, state=state, sources=warm.sources)

@@ -158,7 +158,7 @@ class PartitionMonitor:
         """Whether the monitor should look at the inputs now: once per ``check_s``, with a
         watch and no change under way (:meth:`.Supervisor.partition_check_due`)."""
         clock = self.host.clock
-        if self.watch is None or self.host.change is not None or clock() < self._next_check:
+        if self.watch is None or self.host.flight.change is not None or clock() < self._next_check:
             return False
         self._next_check = clock() + self.check_s
         return True
@@ -211,7 +211,7 @@ class PartitionMonitor:
             growth = {"counts": dict(counts), "barrier": barrier}
             with store.transaction() as db:
                 store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
-                host.begin_change(
+                host.flight.begin(
                     db,
                     "growth",
                     f"partitions {dict(model.partitions)} -> {dict(counts)}",
@@ -255,7 +255,7 @@ class PartitionMonitor:
                 planned_partitions=dict(current.planned),
             )
             store.set_meta(db, "growth", "")
-            host.enter_phase(db, HANDING_OVER)
+            host.flight.enter(db, HANDING_OVER)
             for record, new in zip(old, successors, strict=True):
                 store.update_container(db, record.id, state="retired", ended_at=time.time())
                 store.add_event(

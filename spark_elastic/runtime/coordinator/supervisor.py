@@ -73,10 +73,10 @@ from spark_elastic.runtime.coordinator.changes import (
     Change,
     StartFailures,
     backoff_s,
-    deadline_outcome,
     refuse_cancel,
 )
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
+from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.launcher import Launcher
 from spark_elastic.runtime.coordinator.moves import MovePlan, Mover, factor_move, scale_move
 from spark_elastic.runtime.coordinator.partitions import (
@@ -275,9 +275,6 @@ class Supervisor:
         self.shape = shape
         self.warm_up_deadline_s = warm_up_deadline_s
         self.max_start_failures = max_start_failures
-        self.change: Change | None = None
-        """The change in flight (growth, scale, factor change), or None."""
-        self._phase_started = clock()
         self.crash_loops = CrashLoops()
         self._job_state: dict[str, Any] = {"state": "running", "at": None, "why": ""}
         self.warm_ups = warm_ups
@@ -304,7 +301,7 @@ class Supervisor:
             if text:
                 self._job_state = dict(json.loads(text))
             self.model = self._load_or_plan(containers)
-            self.change = self._load_change()
+            self.flight = InFlight(store, clock, warm_up_deadline_s)
             # Containers that committed before a restart are past their start.
             self.crash_loops.past_start(self.store.throughput())
             self.autoscaling = Autoscaling.load(store, clock, autoscaler, self._task_count())
@@ -744,13 +741,13 @@ class Supervisor:
         for container_id in sorted(self._live):
             reason = self._expired(container_id, now)
             if reason is not None and container_id in self._live:
-                self._fail_over(container_id, reason)
+                self.fail_over(container_id, reason)
             if self._job_state["state"] != "running":
                 return
         self._reap_retired()
         self.partitions.advance()
         self.moves.advance()
-        self._settle_change()
+        self.flight.settle(self)
         self.launch_pending()
         if self.autoscaler.mode != "off":
             try:
@@ -817,38 +814,12 @@ class Supervisor:
 
     # the change in flight
 
-    def _load_change(self) -> Change | None:
-        text = self.store.meta("change")
-        if not text:
-            return None
-        change = Change.from_json(json.loads(text))
-        # Deadlines run on the monotonic clock: re-based on how long the phase has lasted.
-        self._phase_started = self.clock() - max(0.0, time.time() - change.phase_since)
-        return change
+    @property
+    def change(self) -> Change | None:
+        """The change in flight (growth, scale, factor change), or None (:mod:`.in_flight`)."""
+        return self.flight.change
 
-    def save_change(self, db: Any, change: Change | None) -> None:
-        """Persist the change in flight (None: none); its phase's clock restarts on a new phase."""
-        old = self.change
-        if change is not None and (
-            old is None or (change.phase, change.moved) != (old.phase, old.moved)
-        ):
-            self._phase_started = self.clock()
-        self.store.set_meta(
-            db, "change", "" if change is None else json.dumps(change.to_json(), sort_keys=True)
-        )
-        self.change = change
-
-    def begin_change(
-        self, db: Any, kind: str, summary: str, target: dict[str, Any], phase: str, groups: int = 1
-    ) -> None:
-        now = time.time()
-        self.save_change(db, Change(kind, summary, target, phase, now, now, groups))
-
-    def enter_phase(self, db: Any, phase: str) -> None:
-        if self.change is not None:
-            self.save_change(db, self.change.at(phase, time.time()))
-
-    def _change_done(self) -> bool:
+    def nothing_left(self) -> bool:
         """Nothing of the change is left: no warm-up, no drain, no predecessor still
         stopping, and every container of the job model runs."""
         return (
@@ -858,83 +829,22 @@ class Supervisor:
             and all(self.records[c.container_id].state == "running" for c in self.model.containers)
         )
 
-    def _settle_change(self) -> None:
-        """End a change that is done; apply its phase's deadline (:mod:`.changes`)."""
-        change = self.change
-        if change is None:
-            return
-        if self._change_done():
-            took = time.time() - change.started_at
-            with self.store.transaction() as db:
-                self.save_change(db, None)
-                self.store.add_event(db, "change", detail=f"{change.summary}: done in {took:.0f} s")
-            return
-        elapsed = self.clock() - self._phase_started
-        outcome = deadline_outcome(change, elapsed, self.warm_up_deadline_s)
-        if outcome == "roll back":
-            self._roll_back(
-                f"its warm-ups were not ready within {self.warm_up_deadline_s:.0f} s",
-                "deadline",
-            )
-        elif outcome == "go on":
-            late = [
-                w.container_id
-                for w in self.model.warmups
-                if self.records[w.container_id].state == "launching"
-            ]
-            self.store.event(
-                "deadline",
-                detail=f"{change.describe()}: warm-ups {late} not ready within "
-                f"{self.warm_up_deadline_s:.0f} s; a group has moved already, so the change "
-                "goes on and they start again",
-            )
-            for container_id in late:
-                if container_id in self._live:
-                    self._fail_over(container_id, "not ready within its change's deadline")
-            self._phase_started = self.clock()
-
     def cancel_change(self) -> str:
-        """Roll the change in flight back: its warm-ups stop, the old owners keep their tasks.
+        """Roll the change in flight back, as the operator asks: its warm-ups stop, the old
+        owners keep their tasks. Returns the event's line; raises
+        :class:`~spark_elastic.errors.ChangeRefusedError` saying why when it cannot
+        (:meth:`.in_flight.InFlight.cancel`)."""
+        return self.flight.cancel(self)
 
-        Returns
-        -------
-        str
-            What was rolled back, in one line.
+    def is_live(self, container_id: str) -> bool:
+        """Whether the container holds a lease (or is starting to)."""
+        return container_id in self._live
 
-        Raises
-        ------
-        ChangeRefusedError
-            No change is under way, or it can no longer be rolled back (a
-            growth; a group has handed over; its old owners are stopping).
-        """
-        refusal = refuse_cancel(self.change)
-        if refusal is not None:
-            raise ChangeRefusedError(refusal)
-        return self._roll_back("cancelled by the operator", "cancel")
-
-    def _roll_back(self, why: str, kind: str) -> str:
-        change = self.change
-        assert change is not None  # noqa: S101 - callers checked
-        warmups = [w.container_id for w in self.model.warmups]
-        with self.store.transaction() as db:
-            for container_id in warmups:
-                self.store.update_container(
-                    db, container_id, state="cancelled", ended_at=time.time()
-                )
-            model = self.next_model(db, warmups=(), stopping=())
-            self.save_change(db, None)
-            summary = (
-                f"{change.summary} rolled back: {why}; warm-ups {', '.join(warmups)} stop, "
-                f"the old owners keep their tasks (job model {model.version})"
-            )
-            self.store.add_event(db, kind, detail=summary)
-        for container_id in warmups:
-            self._doom(container_id, "cancelled")
+    def call_off_moves(self) -> None:
+        """The move was rolled back: nothing of it is catching up any more."""
         self.moves.call_off()
-        self.model = model
-        return summary
 
-    def _doom(self, container_id: str, state: str) -> None:
+    def doom(self, container_id: str, state: str) -> None:
         """No lease any more: stopped now, killed a lease later unless it exited."""
         self._live.pop(container_id, None)
         self.set_record(container_id, state=state, ended_at=time.time())
@@ -965,7 +875,7 @@ class Supervisor:
         if container_id in self.records:
             self.store.event("fail", container_id, cause)
         if container_id in self._live and self._job_state["state"] == "running":
-            self._fail_over(container_id, f"it failed: {cause}")
+            self.fail_over(container_id, f"it failed: {cause}")
         return HeartbeatReply(False, 0, self.model.version)
 
     def _fail_job(self, old_id: str, reason: str, tally: StartFailures) -> None:
@@ -982,10 +892,10 @@ class Supervisor:
             )
             self._set_job_state(db, "failed", why)
             if self.change is not None:
-                self.save_change(db, None)
-        self._doom(old_id, "failed")
+                self.flight.save(db, None)
+        self.doom(old_id, "failed")
         for container_id in others:
-            self._doom(container_id, "stopped")
+            self.doom(container_id, "stopped")
         self.count("failovers")
 
     # 6. scale
@@ -1072,7 +982,7 @@ class Supervisor:
                 self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
             else:
                 self.store.add_event(db, "scale", detail=summary)
-            self.begin_change(
+            self.flight.begin(
                 db,
                 "scale",
                 f"{len(current)} -> {containers} containers",
@@ -1147,7 +1057,7 @@ class Supervisor:
                 f"the job is {self._job_state['state']} ({self._job_state['why']}); "
                 "`job run` resumes it"
             )
-        self._settle_change()  # one that is done since the last tick is over now
+        self.flight.settle(self)  # one that is done since the last tick is over now
         if self.change is not None:
             raise ChangeRefusedError(
                 f"a change is under way ({self.change.describe()}); retry after it, or cancel "
@@ -1185,7 +1095,9 @@ class Supervisor:
         """
         return record.sources if self.crash_loops.at_start(record.id) else (record.checkpoint,)
 
-    def _fail_over(self, old_id: str, reason: str) -> None:
+    def fail_over(self, old_id: str, reason: str) -> None:
+        """Replace a live container by a new one of the next generation that takes its tasks
+        (a warm-up by another warm-up), or end a crash loop (:mod:`.crash_loops`)."""
         old = self.records[old_id]
         warming = self.model.warmup(old_id) is not None
         # A container that never committed failed at start: its successor inherits the
@@ -1198,7 +1110,8 @@ class Supervisor:
                 change = self.change
                 if warming and change is not None and refuse_cancel(change) is None:
                     self.store.event("expire", old_id, reason)
-                    self._roll_back(
+                    self.flight.roll_back(
+                        self,
                         f"{tally.count} warm-ups in a row failed before they were ready: "
                         f"{tally.cause}",
                         "rollback",
@@ -1240,7 +1153,7 @@ class Supervisor:
         if self.change is not None and self.change.phase == CATCHING_UP and not model.stopping:
             # A failover calls the catching-up phase off: the group is no longer ready.
             with self.store.transaction() as db:
-                self.enter_phase(db, WARMING)
+                self.flight.enter(db, WARMING)
         self.count("failovers")
         # Fenced already (its lease is over); killing it just frees its resources.
         self.processes.kill(old.pid, old_id)
@@ -1419,7 +1332,7 @@ class Supervisor:
                 terms=self.terms,
                 startup_s=self.startup_s,
                 change=self.change,
-                in_phase_s=self.clock() - self._phase_started,
+                in_phase_s=self.flight.in_phase_s,
                 warm_up_deadline_s=self.warm_up_deadline_s,
                 catch_up_s=self.moves.catch_up_s,
                 lags=self._task_lags(),
