@@ -10,7 +10,8 @@ a ready warm-up): it lists them as stopping so the warm-ups catch up with
 them, stops them at a batch boundary, then, once they are gone, hands the
 warm-ups their tasks with the old owners' checkpoints as sources. Each step
 is derived from the store, so a restarted coordinator resumes where the last
-one was.
+one was. A stateless scale has no warm-ups: :meth:`Mover.hand_over` retires
+the old owners at once and their successors start from their commits.
 
 The steps write through the supervisor's own primitives (a new container,
 the next job model version, the change's phase, retiring containers), which
@@ -40,7 +41,14 @@ from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.keys import Holders
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 
-__all__ = ["ChangeHost", "MovePlan", "Mover", "factor_move", "move_groups", "scale_move"]
+__all__ = [
+    "ChangeHost",
+    "MovePlan",
+    "Mover",
+    "factor_move",
+    "move_groups",
+    "scale_move",
+]
 
 Group = tuple[list[ContainerModel], list[ContainerModel]]
 """Warm-ups that move together, and the old owners they take from."""
@@ -135,9 +143,16 @@ class MovePlan:
 
 
 def scale_move(
-    current: int, containers: int, new_sets: Sequence[tuple[str, ...]], kept: int, moved: int
+    current: int,
+    containers: int,
+    new_sets: Sequence[tuple[str, ...]],
+    kept: int,
+    moved: int,
+    warm_ups: bool = True,
 ) -> MovePlan:
-    """A stateful scale: its successors warm up while the old owners keep running.
+    """A scale: a stateful job's successors warm up while the old owners keep running
+    (:meth:`Mover.start`); a stateless job's old owners stop at once and hand over
+    (``warm_ups=False``, :meth:`Mover.hand_over`).
 
     Parameters
     ----------
@@ -147,22 +162,34 @@ def scale_move(
         The successors' task sets.
     kept, moved
         How many containers keep their tasks, and how many hand them over.
+    warm_ups
+        Whether the successors warm up first.
 
     Returns
     -------
     MovePlan
-        The move for :meth:`Mover.start`.
+        The move, its event's text said its way.
     """
+
+    def warming(warmups: int, version: int) -> str:
+        return (
+            f"{current} -> {kept + warmups} containers: {kept} keep their tasks, "
+            f"{moved} will hand over to {warmups} new ones, which warm up first while "
+            f"the old owners keep running (job model {version})"
+        )
+
+    def at_once(successors: int, version: int) -> str:
+        return (
+            f"{current} -> {containers} containers: {kept} keep their tasks, "
+            f"{moved} hand over to {successors}, job model {version}"
+        )
+
     return MovePlan(
         "scale",
         f"{current} -> {containers} containers",
         {"containers": containers},
         tuple(new_sets),
-        lambda warmups, version: (
-            f"{current} -> {kept + warmups} containers: {kept} keep their tasks, "
-            f"{moved} will hand over to {warmups} new ones, which warm up first while "
-            f"the old owners keep running (job model {version})"
-        ),
+        warming if warm_ups else at_once,
     )
 
 
@@ -292,6 +319,54 @@ class Mover:
                 host.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
             else:
                 host.store.add_event(db, "scale", detail=summary)
+        host.model = model
+        return summary
+
+    def hand_over(
+        self,
+        plan: MovePlan,
+        kept: Sequence[ContainerModel],
+        moved: Sequence[ContainerModel],
+        reason: str,
+    ) -> str:
+        """A stateless scale's handover, at once: ``moved`` retire at a batch boundary and
+        a successor per task set of ``plan`` starts once they stopped, from the offsets they
+        committed (the lowest where two read one partition: output is at-least-once).
+
+        Returns
+        -------
+        str
+            What changed, in one line (its event's text).
+        """
+        host = self.host
+        owner = {t: c for c in (*kept, *moved) for t in c.tasks}
+        with host.store.transaction() as db:
+            successors = [
+                host.new_container(
+                    db,
+                    tasks,
+                    tuple(
+                        dict.fromkeys(
+                            src
+                            for t in tasks
+                            for src in host.sources_of(host.records[owner[t].container_id])
+                        )
+                    ),
+                )
+                for tasks in plan.sets
+            ]
+            model = host.next_model(db, containers=[*kept, *successors])
+            summary = plan.describe(len(successors), model.version)
+            if reason:
+                host.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
+            else:
+                host.store.add_event(db, "scale", detail=summary)
+            host.flight.begin(db, plan.kind, plan.summary, dict(plan.target), HANDING_OVER)
+            for record in moved:
+                host.store.update_container(
+                    db, record.container_id, state="retired", ended_at=time.time()
+                )
+        host.retire([host.records[c.container_id] for c in moved])
         host.model = model
         return summary
 

@@ -68,7 +68,6 @@ from spark_elastic.runtime.coordinator.autoscaler import (
 from spark_elastic.runtime.coordinator.autoscaling import Autoscaling
 from spark_elastic.runtime.coordinator.changes import (
     CATCHING_UP,
-    HANDING_OVER,
     WARMING,
     Change,
     StartFailures,
@@ -78,7 +77,12 @@ from spark_elastic.runtime.coordinator.changes import (
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.launcher import Launcher
-from spark_elastic.runtime.coordinator.moves import MovePlan, Mover, factor_move, scale_move
+from spark_elastic.runtime.coordinator.moves import (
+    MovePlan,
+    Mover,
+    factor_move,
+    scale_move,
+)
 from spark_elastic.runtime.coordinator.partitions import (
     GROUP_COMMIT_S,
     PartitionMonitor,
@@ -953,48 +957,16 @@ class Supervisor:
         kept = [c for c in current if c.tasks in plan]
         moved = [c for c in current if c.tasks not in plan]
         new_sets = [t for t in plan if t not in {c.tasks for c in kept}]
-        owner = {t: c for c in current for t in c.tasks}
         if self.shape.stateful:
             return self._start_move(
                 scale_move(len(current), containers, new_sets, len(kept), len(moved)), reason
             )
-        with self.store.transaction() as db:
-            successors = [
-                self.new_container(
-                    db,
-                    task_set,
-                    tuple(
-                        dict.fromkeys(
-                            src
-                            for t in task_set
-                            for src in self.sources_of(self.records[owner[t].container_id])
-                        )
-                    ),
-                )
-                for task_set in new_sets
-            ]
-            model = self.next_model(db, containers=[*kept, *successors])
-            summary = (
-                f"{len(current)} -> {containers} containers: {len(kept)} keep their tasks, "
-                f"{len(moved)} hand over to {len(successors)}, job model {model.version}"
-            )
-            if reason:
-                self.store.add_event(db, "autoscale", detail=f"{reason}; {summary}")
-            else:
-                self.store.add_event(db, "scale", detail=summary)
-            self.flight.begin(
-                db,
-                "scale",
-                f"{len(current)} -> {containers} containers",
-                {"containers": containers},
-                HANDING_OVER,
-            )
-            for record in moved:
-                self.store.update_container(
-                    db, record.container_id, state="retired", ended_at=time.time()
-                )
-        self.retire([self.records[c.container_id] for c in moved])
-        self.model = model
+        summary = self.moves.hand_over(
+            scale_move(len(current), containers, new_sets, len(kept), len(moved), warm_ups=False),
+            kept,
+            moved,
+            reason,
+        )
         # Any change of the count, a person's too, starts the autoscaler's cool-down.
         self.autoscaling.start_cool_down()
         return summary
