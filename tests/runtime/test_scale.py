@@ -6,6 +6,7 @@ end-to-end run with real containers is in test_job_run_stateless.py.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -101,8 +102,11 @@ def test_scaling_out_and_back_in_moves_only_what_balance_needs(
     back = scale_to(coordinator, 2)
     check_moves(three, back, 2)
     assert stayed(three, back) == 8
-    kinds = [e["kind"] for e in coordinator.status()["events"]]
-    assert kinds.count("scale") == 2
+    said = [e["detail"] for e in coordinator.status()["events"] if e["kind"] == "scale"]
+    assert len(said) == 2
+    assert re.fullmatch(
+        r"2 -> 3 containers: 0 keep their tasks, 2 hand over to 3, job model \d+", said[-1]
+    ), said
 
 
 @pytest.mark.parametrize(
