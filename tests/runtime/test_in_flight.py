@@ -184,3 +184,20 @@ def test_the_operator_cancels_a_change_that_can_still_be_undone_and_only_that(
     assert summary.startswith("2 -> 1 containers rolled back: cancelled by the operator")
     assert flight.change is None
     assert host.doomed == [("c3", "cancelled")]
+
+
+def test_a_resumed_job_s_change_goes_on_from_warming_up_its_clock_started_anew(
+    store: Store,
+) -> None:
+    clock = Clock()
+    flight = begun(store, clock)
+    with store.transaction() as db:
+        flight.enter(db, CATCHING_UP)
+    clock.now += 500  # stopped meanwhile
+    restarted = InFlight(store, clock, 60.0)
+    with store.transaction() as db:
+        restarted.resume(db)
+    assert restarted.change is not None
+    assert restarted.change.phase == WARMING  # its old owners and warm-ups are new processes
+    assert restarted.in_phase_s == 0
+    assert InFlight(store, clock, 60.0).change == restarted.change

@@ -5,7 +5,7 @@ one is, purely) is in flight at a time. :class:`InFlight` keeps it in the
 store (``meta.change``) and runs its life around the steps that
 :mod:`.moves` and :mod:`.partitions` take:
 
-- **begun, and each new phase** written with the step that starts it, in the
+- **begun, and each new phase** (and a resumed job's) written with the step that starts it, in the
   step's transaction; the phase's clock restarts then, on the coordinator's
   monotonic clock (re-based on how long the phase had lasted when a
   restarted coordinator loads it);
@@ -29,10 +29,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from spark_elastic.errors import ChangeRefusedError
-from spark_elastic.runtime.coordinator.changes import Change, deadline_outcome, refuse_cancel
+from spark_elastic.runtime.coordinator.changes import (
+    CATCHING_UP,
+    WARMING,
+    Change,
+    deadline_outcome,
+    refuse_cancel,
+)
 from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.protocol import JobModel
 
@@ -135,6 +142,16 @@ class InFlight:
         """The change in flight (if any) enters ``phase``, saved in ``db``."""
         if self.change is not None:
             self.save(db, self.change.at(phase, time.time()))
+
+    def resume(self, db: Any) -> None:
+        """The job runs again after a stop: the change (if any) goes on, its phase starting
+        again now (the time the job was stopped counts for nothing), and a group that was
+        catching up warms up again (its old owners and warm-ups are new processes)."""
+        change = self.change
+        if change is not None:
+            phase = WARMING if change.phase == CATCHING_UP else change.phase
+            self.save(db, replace(change, phase=phase, phase_since=time.time()))
+            self._phase_started = self.clock()
 
     def settle(self, host: FlightHost) -> None:
         """End the change if it is done; else apply its phase's deadline (:mod:`.changes`)."""

@@ -304,8 +304,8 @@ class Supervisor:
             text = self.store.meta("jobState")
             if text:
                 self._job_state = dict(json.loads(text))
-            self.model = self._load_or_plan(containers)
             self.flight = InFlight(store, clock, warm_up_deadline_s)
+            self.model = self._load_or_plan(containers)
             # Containers that committed before a restart are past their start.
             self.crash_loops.past_start(self.store.throughput())
             self.autoscaling = Autoscaling.load(store, clock, autoscaler, self._task_count())
@@ -367,15 +367,7 @@ class Supervisor:
                 stopping=tuple(c for c in model.stopping if c not in heirs),
             )
             self._set_job_state(db, "running", "resumed")
-            text = self.store.meta("change")
-            if text:
-                # The change goes on; its phase starts again now (the time the job was stopped
-                # counts for nothing), and a group that was catching up warms up again: its
-                # owners and warm-ups are new processes.
-                change = Change.from_json(json.loads(text))
-                phase = WARMING if change.phase == CATCHING_UP else change.phase
-                change = replace(change, phase=phase, phase_since=time.time())
-                self.store.set_meta(db, "change", json.dumps(change.to_json(), sort_keys=True))
+            self.flight.resume(db)
             self.store.add_event(
                 db,
                 "resume",
