@@ -18,9 +18,9 @@ the next job model version, the change's phase, retiring containers), which
 it hands in as a :class:`ChangeHost`: here are the order of the steps and what
 a move remembers between ticks, not the job model's bookkeeping.
 
-May import: :mod:`.changes`, :mod:`.in_flight`, :mod:`.placement`, :mod:`.registry`, the shared
-runtime modules and the standard library. Never :mod:`.supervisor`: it
-hands itself in as a :class:`ChangeHost`.
+May import: :mod:`.changes`, :mod:`.in_flight`, :mod:`.placement`,
+:mod:`.registry`, the shared runtime modules and the standard library. Never
+:mod:`.supervisor`: it hands itself in as a :class:`ChangeHost`.
 """
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ class ChangeHost(Protocol):
     """What a change's steps (a move's, a growth's) need of the supervisor, which is one.
 
     Its store, its job model (which a step replaces), the change in flight
-    (:class:`.in_flight.InFlight`), and the primitives every change is written
-    with: the supervisor's interface to :mod:`.moves` and :mod:`.partitions`, used by nothing
-    outside the coordinator package (the CLI drives the supervisor through
-    its operations: scale, change_factor, cancel_change, stop).
+    (:class:`.in_flight.InFlight`), and the primitives every change is
+    written with: the supervisor's interface to :mod:`.moves` and
+    :mod:`.partitions`, used by nothing outside the coordinator package (the
+    CLI drives the supervisor through its operations: scale, change_factor,
+    cancel_change, stop).
     """
 
     model: JobModel
