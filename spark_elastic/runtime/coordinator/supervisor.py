@@ -277,7 +277,6 @@ class Supervisor:
         max_start_failures: int = 5,
     ) -> None:
         self.shape = shape
-        self.warm_up_deadline_s = warm_up_deadline_s
         self.max_start_failures = max_start_failures
         self.crash_loops = CrashLoops()
         self._job_state: dict[str, Any] = {"state": "running", "at": None, "why": ""}
@@ -1297,7 +1296,7 @@ class Supervisor:
                 startup_s=self.startup_s,
                 change=self.change,
                 in_phase_s=self.flight.in_phase_s,
-                warm_up_deadline_s=self.warm_up_deadline_s,
+                warm_up_deadline_s=self.flight.warm_up_deadline_s,
                 catch_up_s=self.moves.catch_up_s,
                 lags=self._task_lags(),
                 progress=self.store.progress(),
