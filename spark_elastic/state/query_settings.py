@@ -8,6 +8,19 @@ at its first start: the number of state partitions
 virtual task and the RocksDB provider, whatever the session says and
 whatever else it runs.
 
+A third setting only makes it faster: the checkpoint file manager
+(``spark.sql.streaming.checkpointFileManagerClass``). Spark's default goes
+through Hadoop's ``FileContext``, which on a local file system without
+Hadoop's native library runs ``readlink`` in a new process for every file it
+renames; the RocksDB store renames several per state partition and
+micro-batch. The ``FileSystem``-based manager Spark also ships renames
+without it: at 32 state partitions a micro-batch took 4.4 s instead of 6.0,
+and the operable story's containers used 205 CPU-seconds instead of 246
+(docs/stateful.md#checkpoint-files). Its one difference, a rename that does
+not refuse an existing file by itself, is covered by what already keeps one
+writer per checkpoint (its owner lock, the coordinator's leases). A session
+that names a manager keeps it.
+
 So the settings travel with the query's plan: ``with_task_state`` records its
 task count as the ``state_partitions`` metric of its ``spark_elastic``
 observation, and :func:`install_start_hook` wraps pyspark's
@@ -48,6 +61,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "CHECKPOINT_MANAGER_KEY",
     "PROVIDER_KEY",
     "SHUFFLE_PARTITIONS_KEY",
     "STATE_PARTITIONS_METRIC",
@@ -58,11 +72,18 @@ __all__ = [
 
 SHUFFLE_PARTITIONS_KEY = "spark.sql.shuffle.partitions"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+_FILE_SYSTEM_MANAGERS = (
+    # Where Spark 4.1 and later keep it, then where 4.0 did.
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+)
 STATE_PARTITIONS_METRIC = "state_partitions"
 """The metric of the ``spark_elastic`` observation that carries the query's task count."""
 
 _START_LOCK = threading.RLock()
 _INSTALLED: list[bool] = []
+_MANAGER: dict[str, str | None] = {}
 
 
 def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
@@ -82,7 +103,8 @@ def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
     -------
     dict[str, str]
         Empty for a plan without spark-elastic state; else the shuffle
-        partitions and the state store provider.
+        partitions, the state store provider and, unless the session names
+        one, the ``FileSystem``-based checkpoint file manager.
 
     Raises
     ------
@@ -121,7 +143,30 @@ def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
             "one state partition count)",
             f"jobs with {sorted(counts)} virtual tasks",
         )
-    return {SHUFFLE_PARTITIONS_KEY: str(counts.pop()), PROVIDER_KEY: ROCKSDB_PROVIDER}
+    settings = {SHUFFLE_PARTITIONS_KEY: str(counts.pop()), PROVIDER_KEY: ROCKSDB_PROVIDER}
+    manager = _file_system_manager(df.sparkSession)
+    if manager is not None and not df.sparkSession.conf.get(CHECKPOINT_MANAGER_KEY, None):
+        settings[CHECKPOINT_MANAGER_KEY] = manager
+    return settings
+
+
+def _file_system_manager(spark: SparkSession) -> str | None:
+    """The class name of Spark's ``FileSystem``-based checkpoint file manager, if it has one.
+
+    Runs on the driver; looks the class up in the JVM once per process.
+    """
+    if "class" not in _MANAGER:
+        from py4j.protocol import Py4JError
+
+        _MANAGER["class"] = None
+        for name in _FILE_SYSTEM_MANAGERS:
+            try:
+                spark._jvm.java.lang.Class.forName(name)  # type: ignore[union-attr]
+            except Py4JError:
+                continue
+            _MANAGER["class"] = name
+            break
+    return _MANAGER["class"]
 
 
 @contextlib.contextmanager

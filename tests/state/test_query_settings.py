@@ -19,12 +19,17 @@ from stateful_job import RunningCount, final_state
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, register_log_source, with_task_state
 from spark_elastic.errors import CheckpointError
 from spark_elastic.state.checkpoint_dir import last_batch
+from spark_elastic.state.query_settings import query_settings
 
 pytestmark = pytest.mark.slow
 
 TOPIC = "clicks"
 SHUFFLE = "spark.sql.shuffle.partitions"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_CONTEXT_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
+)
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
@@ -170,6 +175,41 @@ def test_a_session_with_another_state_store_runs_stateful_queries_on_rocksdb(
         assert sum(counts(spark, tmp_path / "cp").values()) == 50
     finally:
         spark.conf.set(PROVIDER, before)
+
+
+def manager_of(query: StreamingQuery) -> str | None:
+    """The checkpoint file manager the running query's own session (Spark's copy) names."""
+    session = query._jsq.streamingQuery().sparkSessionForStream()  # type: ignore[attr-defined]
+    return str(session.conf().get(MANAGER, None)) if session.conf().contains(MANAGER) else None
+
+
+def test_a_stateful_query_checkpoints_through_the_file_system_manager_unless_told_another(
+    spark: SparkSession, tmp_path: Path, log: EmbeddedLog
+) -> None:
+    # Spark's default (FileContext) starts a readlink process per file it renames on a local
+    # disk without Hadoop's native library (query_settings): the RocksDB store renames
+    # several per state partition and batch.
+    produce(log, random.Random(5), 20)
+    assert not spark.conf.get(MANAGER, None)
+    out = stateful(spark, log, "m", tmp_path / "cp", 1)
+    query = (
+        out.writeStream.format("noop")  # type: ignore[attr-defined]
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert (manager_of(query) or "").endswith(".FileSystemBasedCheckpointFileManager")
+    assert not spark.conf.get(MANAGER, None)  # the session as it was
+    assert sum(counts(spark, tmp_path / "cp").values()) == 20
+
+    # A session that names a manager keeps it for its stateful queries too.
+    spark.conf.set(MANAGER, FILE_CONTEXT_MANAGER)
+    try:
+        assert MANAGER not in query_settings(out, "spark_elastic")  # type: ignore[arg-type]
+    finally:
+        spark.conf.unset(MANAGER)
+    assert query_settings(out, "spark_elastic")[MANAGER] == manager_of(query)  # type: ignore[arg-type]
 
 
 def test_a_query_started_around_the_hook_fails_its_first_batch_saying_so(
