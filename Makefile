@@ -8,12 +8,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: example test test-all ready lint typecheck bench clean java jars kafka cds
 
-# --no-compile: Python compiles what a process imports, once, as it imports it; compiling every
-# module of pyspark and the rest up front took 7 of the install's 22 s on a fresh venv.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
 java:
