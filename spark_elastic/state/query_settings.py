@@ -14,9 +14,10 @@ through Hadoop's ``FileContext``, which on a local file system without
 Hadoop's native library runs ``readlink`` in a new process for every file it
 renames; the RocksDB store renames several per state partition and
 micro-batch. The ``FileSystem``-based manager Spark also ships renames
-without it: at 32 state partitions a micro-batch took 4.4 s instead of 6.0,
-and the operable story's containers used 205 CPU-seconds instead of 246
-(docs/stateful.md#checkpoint-files). Its one difference, a rename that does
+without it: at 32 state partitions a micro-batch took 4.3 s instead of 5.4
+(``benchmarks/bench_checkpoint_files.py``), and the operable story used 205
+CPU-seconds instead of 246 (docs/stateful.md#checkpoint-files). Its one
+difference, a rename that does
 not refuse an existing file by itself, is covered by what already keeps one
 writer per checkpoint (its owner lock, the coordinator's leases). A session
 that names a manager keeps it.
