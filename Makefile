@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: example test test-all ready lint typecheck bench clean java jars kafka cds
+.PHONY: example test test-all ready lint typecheck bytecode bench clean java jars kafka cds
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,14 @@ PYTEST := PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 -
 # What the specs need, made side by side once the venv is there: the linters and mypy read,
 # mvn fetches, javac and the class-data archive run Java (a fresh clone's setup is CPU-bound
 # on 2 cores as the suite is, so they overlap each other's waits).
-ready: lint typecheck java jars cds
+ready: lint typecheck bytecode java jars cds
+
+# The package's and the specs' bytecode, compiled once: pip compiles what it installs, but not
+# an editable install's source, and where PYTHONDONTWRITEBYTECODE is set (as on CI's machine)
+# every process the suite starts (containers, CLI commands, Spark's Python workers) would
+# compile the modules it imports again (0.1 s or so a process).
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q spark_elastic tests examples benchmarks udfs conftest.py
 
 test:
 	@$(MAKE) --no-print-directory $(STAMP)
