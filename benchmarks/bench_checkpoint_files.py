@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from bench_stateful import counter_processor
 
 TOPIC = "clicks"
 TOPIC_PARTITIONS = 4
@@ -45,24 +45,6 @@ FILE_CONTEXT = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
 )
 VARIANTS = ("FileContext", "FileSystem")
-
-
-def counter() -> Any:
-    from spark_elastic import TaskProcessor, TaskState
-
-    class Counter(TaskProcessor):
-        state_schema = "n long"
-        output_schema = "key binary, n long"
-
-        def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
-            out = []
-            for key in rows["key"]:
-                (n,) = task.get(key, (0,))  # type: ignore[misc]
-                task.put(key, (n + 1,))
-                out.append(n + 1)
-            return pd.DataFrame({"key": rows["key"], "n": out})
-
-    return Counter()
 
 
 def machine_cpu_s() -> float:
@@ -94,7 +76,7 @@ def one(spark: Any, work: Path, variant: str, factor: int, batches: int) -> dict
         )
         out = events.transform(
             with_task_state(
-                counter(),
+                counter_processor(),
                 job="bench",
                 checkpoint_location=root / "cp",
                 elasticity_factor=factor,
