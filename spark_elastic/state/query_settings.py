@@ -17,10 +17,9 @@ micro-batch. The ``FileSystem``-based manager Spark also ships renames
 without it: at 32 state partitions a micro-batch took 4.3 s instead of 5.4
 (``benchmarks/bench_checkpoint_files.py``), and the operable story used 205
 CPU-seconds instead of 246 (docs/stateful.md#checkpoint-files). Its one
-difference, a rename that does
-not refuse an existing file by itself, is covered by what already keeps one
-writer per checkpoint (its owner lock, the coordinator's leases). A session
-that names a manager keeps it.
+difference, a rename that does not refuse an existing file by itself, is
+covered by what already keeps one writer per checkpoint (its owner lock,
+the coordinator's leases). A session that names a manager keeps it.
 
 So the settings travel with the query's plan: ``with_task_state`` records its
 task count as the ``state_partitions`` metric of its ``spark_elastic``
