@@ -35,9 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_stateful import counter_processor
+from bench_stateful import TOPIC, counter_processor, events
 
-TOPIC = "clicks"
 TOPIC_PARTITIONS = 4
 RECORDS = 2_000
 MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
@@ -68,13 +67,7 @@ def one(spark: Any, work: Path, variant: str, factor: int, batches: int) -> dict
     if variant == "FileContext":
         spark.conf.set(MANAGER_KEY, FILE_CONTEXT)
     try:
-        events = (
-            spark.readStream.format("elastic-log")
-            .option("path", str(log.path))
-            .option("subscribe", TOPIC)
-            .load()
-        )
-        out = events.transform(
+        out = events(spark, log.path, root / "cp", RECORDS).transform(
             with_task_state(
                 counter_processor(),
                 job="bench",
