@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -256,6 +257,12 @@ class KafkaInput:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     admin_options: Mapping[str, str] = field(default_factory=dict)
     reader: str = "gated"
+    # librdkafka clients made once per purpose and kept (a client per call leaks threads,
+    # sockets and, on a broker restart, met librdkafka's aborts): never compared, copied or
+    # pickled (a copy in another process makes its own).
+    _clients: dict[str, _Admin] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers", _bootstrap_servers(self.bootstrap_servers))
@@ -303,7 +310,7 @@ class KafkaInput:
         ModuleNotFoundError
             confluent-kafka is not installed (``pip install 'spark-elastic[kafka]'``).
         """
-        admin = self._admin()
+        admin = self._admin("metadata")
         return {topic: len(info.partitions) for topic, info in self._describe(admin).items()}
 
     def end_offsets(self, topic: str) -> dict[int, int]:
@@ -334,7 +341,7 @@ class KafkaInput:
         # its latest() untyped.
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-        admin = self._admin()
+        admin = self._admin("metadata")
         deadline = time.monotonic() + self.timeout_s
         while True:
             count = len(self._describe(admin, (topic,))[topic].partitions)
@@ -387,7 +394,7 @@ class KafkaInput:
             for topic, by_partition in offsets.items()
             for partition, offset in sorted(by_partition.items())
         ]
-        admin = self._admin()
+        admin = self._admin("group")
         deadline = time.monotonic() + self.timeout_s
         while True:
             (future,) = admin.client.alter_consumer_group_offsets(
@@ -427,7 +434,28 @@ class KafkaInput:
                 )
             time.sleep(_LEADER_RETRY_S)
 
-    def _admin(self) -> _Admin:
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "_clients"}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        for name, value in {**state, "_clients": {}}.items():
+            object.__setattr__(self, name, value)
+
+    def _admin(self, purpose: str) -> _Admin:
+        """The admin client kept for ``purpose`` (``metadata``, ``group``), made on first use.
+
+        One client per purpose, not per call: it keeps its connections and
+        reconnects by itself when a broker comes back. Group commits get their
+        own because they go through the group's coordinator broker, whose
+        requests librdkafka handles apart.
+        """
+        with _CLIENTS_LOCK:
+            admin = self._clients.get(purpose)
+            if admin is None:
+                admin = self._clients[purpose] = self._new_admin()
+            return admin
+
+    def _new_admin(self) -> _Admin:
         # Imported here: `import spark_elastic` and the coordinator stay free of librdkafka
         # until a Kafka job is planned.
         from confluent_kafka.admin import AdminClient
@@ -486,6 +514,8 @@ class KafkaInput:
     def _unreachable(self, admin: _Admin, reason: str) -> InputError:
         """No answer in time: a refused login if the client was told so, else no broker."""
         refusal = admin.refusal()
+        # Said once: the kept client's callback says it again on its next refused login.
+        admin.refused.clear()
         if refusal is not None:
             return InputError(
                 f"KafkaInput.admin_options: expected credentials the brokers accept, found "
@@ -608,6 +638,7 @@ _CONNECTOR = ("Spark's Kafka connector", "org.apache.spark.sql.kafka010.KafkaSou
 _GATED_JAR = ("the project's gated-kafka jar", "io.github.sparkelastic.kafka.GatedKafkaSource")
 
 _LEADER_RETRY_S = 0.1
+_CLIENTS_LOCK = threading.Lock()  # KafkaInput._clients: the coordinator calls from threads
 # librdkafka's codes (confluent_kafka.KafkaError), not imported: the module loads no client.
 _LEADER_MOVING = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION
 # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR: a group's coordinator
