@@ -29,7 +29,8 @@ from spark_elastic.errors import ArgumentError
 
 if TYPE_CHECKING:
     from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
-    from spark_elastic.runtime.job import JobInput
+    from spark_elastic.runtime.coordinator.input_process import InputProcess
+    from spark_elastic.runtime.job import Job, JobInput
 
 __all__ = ["register"]
 
@@ -316,17 +317,39 @@ class _InputWatch:
     def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
         self.input.commit_group_offsets(group, offsets)  # type: ignore[attr-defined]
 
+    def close(self) -> None:
+        """Nothing to stop: the input is read in this process."""
+
 
 def _run(args: argparse.Namespace) -> int:
+    from spark_elastic.runtime.job import load_job
+
+    job = load_job(args.job)
+    watch = _watch(job.input)
+    try:
+        return _run_job(args, job, watch)
+    finally:
+        watch.close()
+
+
+def _watch(job_input: JobInput) -> _InputWatch | InputProcess:
+    """The coordinator's view of the input. A Kafka input's calls go through librdkafka,
+    whose aborts (a broker restarting under a group commit) would take the coordinator
+    down: they run in a child process it restarts (:mod:`.coordinator.input_process`)."""
+    from spark_elastic.runtime.coordinator.input_process import InputProcess
+    from spark_elastic.runtime.job import KafkaInput
+
+    return InputProcess(job_input) if isinstance(job_input, KafkaInput) else _InputWatch(job_input)
+
+
+def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProcess) -> int:
     from spark_elastic.runtime.coordinator.launcher import LocalLauncher
     from spark_elastic.runtime.coordinator.registry import Store
     from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind, is_loopback
     from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
-    from spark_elastic.runtime.job import load_job
     from spark_elastic.runtime.lease import LeaseTerms
 
-    job = load_job(args.job)
-    partitions = job.input.partition_counts()
+    partitions = watch.partition_counts()
     plan = job.plan(partitions)
     _check_lease_options(args)
     terms = LeaseTerms(
@@ -380,7 +403,7 @@ def _run(args: argparse.Namespace) -> int:
             terms,
             startup_s=args.startup_ms / 1000,
             container_env=container_env,
-            watch=_InputWatch(job.input),
+            watch=watch,
             partition_check_s=args.partition_check_ms / 1000,
             autoscaler=autoscaler,
             warm_ups=not args.cold_moves,
@@ -550,6 +573,16 @@ def _status(args: argparse.Namespace) -> int:
         print("  ended: " + ", ".join(f"{n} {s}" for s, n in sorted(ended.items())))
     lag = status["inputLag"]
     print(f"  input lag: {'unknown' if lag is None else f'{lag} records'}")
+    health = status["input"]
+    if health["state"] == "failing":
+        print(f"  input failing for {health['failingForS']:.0f} s:")
+        for call, detail in health["failing"].items():
+            print(f"    {call}: {detail}")
+    if health["clientRestarts"]:
+        print(
+            f"  input client process started again {health['clientRestarts']} times "
+            f"(last: {health['clientLastDeath']})"
+        )
     if status.get("recordsEnforced") is not None:
         print(f"  records processed without waiting (enforced): {status['recordsEnforced']}")
     sys.stdout.flush()
