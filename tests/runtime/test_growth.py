@@ -7,6 +7,7 @@ embedded log that grows.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -376,9 +377,25 @@ def test_an_input_down_for_many_checks_is_one_event_and_its_return_another(
         with c.server.running_in_thread():
             wait_until("several failed looks", lambda: watch.looks >= 4)
             assert partition_events() == ["check failed: RuntimeError: no broker at 127.0.0.1:9"]
+            # The status says what fails since when (the page, `job status`, /metrics).
+            health = c.status()["input"]
+            assert health["state"] == "failing"
+            assert health["failing"] == {
+                "partitions": "check failed: RuntimeError: no broker at 127.0.0.1:9"
+            }
+            assert health["failingSince"] <= time.time()
+            assert health["failingForS"] >= 0
             watch.down = False
             wait_until("the input's return said", lambda: len(partition_events()) == 2)
-            assert partition_events()[0] == "the input answers again"  # newest first
+            assert re.fullmatch(  # newest first
+                r"the input answers again \(\d+ s after its first failure\)", partition_events()[0]
+            )
+            health = c.status()["input"]
+            assert (health["state"], health["failing"], health["failingSince"]) == (
+                "answering",
+                {},
+                None,
+            )
             looks = watch.looks
             wait_until("more good looks", lambda: watch.looks >= looks + 2)
             assert len(partition_events()) == 2

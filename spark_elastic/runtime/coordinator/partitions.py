@@ -14,9 +14,9 @@ memory and the growth's steps, written through the supervisor's own
 Kafka consumer group's offsets (:meth:`PartitionMonitor.group_offsets_due`).
 
 May import: :mod:`.changes`, :mod:`.moves` (for :class:`.moves.ChangeHost`),
-:mod:`.status` (for :func:`.status.group_offsets`), :mod:`.registry`, the shared
-runtime modules and the standard library. Never :mod:`.supervisor`: it hands
-itself in as a :class:`.moves.ChangeHost`.
+:mod:`.status` (for :func:`.status.group_offsets`), :mod:`.input_health`,
+:mod:`.registry`, the shared runtime modules and the standard library. Never
+:mod:`.supervisor`: it hands itself in as a :class:`.moves.ChangeHost`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from spark_elastic.runtime.coordinator.changes import DRAINING, HANDING_OVER
+from spark_elastic.runtime.coordinator.input_health import InputHealth
 from spark_elastic.runtime.coordinator.moves import ChangeHost
 from spark_elastic.runtime.coordinator.status import group_offsets
 from spark_elastic.runtime.growth import drained, grown_plan, judge_counts
@@ -138,6 +139,8 @@ class PartitionMonitor:
         What the monitor last saw: ``{topic: partitions}``.
     refused
         Why it does not follow what it saw ("" if it does).
+    health
+        Whether the input answers the monitor's and the group view's calls.
     """
 
     def __init__(
@@ -153,12 +156,14 @@ class PartitionMonitor:
         # The consumer group view of progress (Kafka's own lag tools): what was last shown.
         self._group_shown: dict[str, dict[int, int]] = {}
         self._next_group_commit = host.clock()
+        self.health = InputHealth(lambda kind, detail: host.store.event(kind, detail=detail))
 
     def check_due(self) -> bool:
-        """Whether the monitor should look at the inputs now: once per ``check_s``, with a
-        watch and no change under way (:meth:`.Supervisor.partition_check_due`)."""
+        """Whether the monitor should look at the inputs now: once per ``check_s`` with a
+        watch, whatever change is under way: an outage shows during a change too
+        (:meth:`.Supervisor.partition_check_due`)."""
         clock = self.host.clock
-        if self.watch is None or self.host.flight.change is not None or clock() < self._next_check:
+        if self.watch is None or clock() < self._next_check:
             return False
         self._next_check = clock() + self.check_s
         return True
@@ -201,6 +206,8 @@ class PartitionMonitor:
             self.refused = check.reason
             return check.verdict
         self.refused = ""
+        if check.verdict == "growth" and self.growth() is None and host.flight.change is not None:
+            return "waits"  # for the change in flight to end
         if check.verdict == "growth" and self.growth() is None:
             # Everything the old partitions hold now goes before anything in the new ones.
             barrier = {

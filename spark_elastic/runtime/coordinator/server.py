@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -55,6 +55,7 @@ from spark_elastic.errors import (
     SparkElasticError,
     StoreFencedError,
 )
+from spark_elastic.runtime.coordinator.input_health import CHECK, GROUP
 from spark_elastic.runtime.coordinator.supervisor import Supervisor
 from spark_elastic.runtime.protocol import (
     FailureReport,
@@ -168,6 +169,29 @@ def _monitor_line(monitor: dict[str, Any]) -> str:
     )
 
 
+def _input_line(health: dict[str, Any]) -> str:
+    """Whether the input answers the coordinator: an outage as what it is, during a change too."""
+    e = html.escape
+    if health["state"] == "failing":
+        since = time.strftime("%H:%M:%S", time.localtime(health["failingSince"]))
+        failing = "; ".join(f"{call}: {detail}" for call, detail in health["failing"].items())
+        line = (
+            f"<p class='input failing'>Input failing since {since} "
+            f"({health['failingForS']:.0f} s): {e(failing)}."
+        )
+    elif health["state"] == "answering":
+        at = time.strftime("%H:%M:%S", time.localtime(health["lastAnswerAt"]))
+        line = f"<p class='input'>Input answering (last answer {at})."
+    else:
+        line = "<p class='input'>Input not asked yet."
+    if health["clientRestarts"]:
+        line += (
+            f" Its client process was started again {health['clientRestarts']} times "
+            f"(last: {e(health['clientLastDeath'])})."
+        )
+    return line + "</p>"
+
+
 def _autoscaler_line(autoscaler: dict[str, Any]) -> str:
     e = html.escape
     line = f"<p class='autoscaler'>Autoscaler {e(autoscaler['summary'])}."
@@ -231,6 +255,28 @@ class _Metrics:
             ["mode"],
             registry=r,
         )
+        self.input_up = Gauge(
+            "spark_elastic_input_up",
+            "1 while every call of the coordinator to its input (partition check, consumer "
+            "group commit) answers, 0 while one fails (a broker unreachable)",
+            registry=r,
+        )
+        self.input_failing = Gauge(
+            "spark_elastic_input_failing_seconds",
+            "How long a call of the coordinator to its input has been failing (0 when none is)",
+            registry=r,
+        )
+        self.input_failing_calls = Gauge(
+            "spark_elastic_input_call_failing",
+            "1 while this call of the coordinator to its input fails",
+            ["call"],
+            registry=r,
+        )
+        self.input_client_restarts = Counter(
+            "spark_elastic_input_client_restarts",
+            "Times the input's client process was started again after it died or hung",
+            registry=r,
+        )
         self.model_version = Gauge(
             "spark_elastic_job_model_version", "The current job model version", registry=r
         )
@@ -249,6 +295,7 @@ class _Metrics:
             ["container"],
             registry=r,
         )
+        self._restarts_counted = 0
         self.enforced = Gauge(
             "spark_elastic_records_enforced",
             "Records time-ordered tasks processed without waiting for their other partitions"
@@ -258,6 +305,15 @@ class _Metrics:
 
     def refresh(self, status: dict[str, Any]) -> None:
         self.model_version.set(status["jobModelVersion"])
+        health = status["input"]
+        self.input_up.set(0 if health["state"] == "failing" else 1)
+        self.input_failing.set(health["failingForS"] or 0)
+        for call in (CHECK, GROUP):
+            self.input_failing_calls.labels(call).set(int(call in health["failing"]))
+        restarts = health["clientRestarts"] - self._restarts_counted
+        if restarts > 0:
+            self.input_client_restarts.inc(restarts)
+            self._restarts_counted += restarts
         for mode in ("off", "on", "pinned"):
             self.autoscaler_mode.labels(mode).set(int(status["autoscaler"]["mode"] == mode))
         self.partition_change_refused.set(1 if status["partitionMonitor"]["refused"] else 0)
@@ -318,10 +374,11 @@ class CoordinatorServer:
         """0 once stopped as asked; 1 when its loop failed (the traceback is on stderr)."""
         self.failure: str | None = None
         """Why the loop failed, in one line, or None."""
-        self._group_failure = ""
-        self._input_failure = ""
         self._failed_with: BaseException | None = None
         self._leave_running = False
+        # The input's calls under way beside the ticks (None: none yet).
+        self._checking: asyncio.Task[None] | None = None
+        self._committing: asyncio.Task[None] | None = None
 
     # HTTP
 
@@ -492,11 +549,7 @@ class CoordinatorServer:
                 if held > DEAF_S:
                     self.supervisor.deaf_for(held)
                 self._count_into_metrics(seen)
-                if self.supervisor.partition_check_due():
-                    await self._check_partitions()
-                offsets = self.supervisor.group_offsets_due()
-                if offsets is not None:
-                    await self._show_group_offsets(offsets)
+                self._ask_input()
             except Exception as exc:
                 # A dead state machine must not go on answering heartbeats as if it were
                 # alive: the coordinator stops (its containers too) and exits non-zero.
@@ -505,6 +558,32 @@ class CoordinatorServer:
             due = loop.time() + TICK_S
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), TICK_S)
+
+    def _ask_input(self) -> None:
+        """Start the partition check and the group commit when due, each beside the ticks.
+
+        A broker that does not answer holds a call for its whole timeout: the
+        ticks (leases, failovers, changes) go on meanwhile, and a call is not
+        started again while the last one is still out.
+        """
+        if _idle(self._checking) and self.supervisor.partition_check_due():
+            self._checking = self._beside(self._check_partitions())
+        if _idle(self._committing):
+            offsets = self.supervisor.group_offsets_due()
+            if offsets is not None:
+                self._committing = self._beside(self._show_group_offsets(offsets))
+
+    def _beside(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """``call`` as a task beside the ticks; what it cannot handle fails the loop as a
+        tick would."""
+        task = asyncio.ensure_future(call)
+
+        def done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None and self.failure is None:
+                self._fail(task.exception())  # type: ignore[arg-type]
+
+        task.add_done_callback(done)
+        return task
 
     def _fail(self, exc: BaseException) -> None:
         """The loop failed: say why on stderr (the coordinator's log) and stop."""
@@ -528,19 +607,15 @@ class CoordinatorServer:
             counts = dict(watch.partition_counts())
             return counts, {t: dict(watch.end_offsets(t)) for t in counts}
 
+        health = self.supervisor.input_health
         try:
             counts, ends = await asyncio.to_thread(look)
         except Exception as exc:  # outside I/O (a broker, a disk) must never stop the ticks
             # Said once per cause, not once per check: a broker down for an hour is one
             # event, and its return another.
-            detail = f"check failed: {type(exc).__name__}: {exc}"
-            if detail != self._input_failure:
-                self.supervisor.store.event("partitions", detail=detail)
-            self._input_failure = detail
+            health.failed(CHECK, f"check failed: {type(exc).__name__}: {exc}")
             return
-        if self._input_failure:
-            self.supervisor.store.event("partitions", detail="the input answers again")
-            self._input_failure = ""
+        health.answered(CHECK)
         if self.supervisor.observe_partitions(counts, ends) == "growth":
             self.metrics.partition_growths.inc()
 
@@ -549,16 +624,15 @@ class CoordinatorServer:
         watch = self.supervisor.watch
         assert watch is not None  # noqa: S101 - group_offsets_due says so
         group = self.supervisor.shape.name
+        health = self.supervisor.input_health
         try:
             # Off the loop: an OffsetCommit may take the client's whole timeout.
             await asyncio.to_thread(watch.commit_group_offsets, group, offsets)
         except Exception as exc:  # a view must never stop the ticks; said once per cause
             detail = f"consumer group {group!r} not updated: {type(exc).__name__}: {exc}"
-            if detail != self._group_failure:
-                self.supervisor.store.event("group", detail=detail)
-            self._group_failure = detail
+            health.failed(GROUP, detail)
             return
-        self._group_failure = ""
+        health.answered(GROUP)
         self.supervisor.group_offsets_shown(offsets)
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
@@ -581,6 +655,7 @@ class CoordinatorServer:
                 ready()
             await self._stopping.wait()
             await ticker
+            await self._input_calls_ended()
         except Exception as exc:
             if self.failure is None:
                 self._fail(exc)
@@ -594,6 +669,16 @@ class CoordinatorServer:
         finally:
             await runner.cleanup()
             self.supervisor.store.close()
+
+    async def _input_calls_ended(self) -> None:
+        """Stop the input's client (a call in flight ends at once) and wait for its calls."""
+        close = getattr(self.supervisor.watch, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
+        for task in (self._checking, self._committing):
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await task
 
     async def _stop_containers(self, timeout_s: float = 60.0) -> None:
         try:
@@ -653,6 +738,10 @@ class CoordinatorServer:
         finally:
             loop.call_soon_threadsafe(self.request_stop)
             thread.join(120)
+
+
+def _idle(task: asyncio.Task[None] | None) -> bool:
+    return task is None or task.done()
 
 
 def _move_section(move: dict[str, Any] | None) -> str:
@@ -771,7 +860,7 @@ body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f0f0f0; }} tr.expired td, tr.retired td {{ color: #999; }}
-p.job.failed {{ color: #b00; font-weight: bold; }} p.change {{ color: #a60; }}
+p.job.failed, p.input.failing {{ color: #b00; font-weight: bold; }} p.change {{ color: #a60; }}
 tr.running td:nth-child(2) {{ color: #070; }} tr.warm td:nth-child(2) {{ color: #a60; }}
 h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
 </style></head><body>
@@ -780,6 +869,7 @@ elasticity factor {status["elasticityFactor"]}</h1>
 {_job_line(status)}
 <p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
 margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
+{_input_line(status["input"])}
 {_monitor_line(status["partitionMonitor"])}
 {_autoscaler_line(status["autoscaler"])}
 <h2>Containers</h2>

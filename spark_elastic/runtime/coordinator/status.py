@@ -122,6 +122,9 @@ class Facts:
         The growth under way (its counts and barrier), or None.
     partition_check_s
         How often the monitor looks; None without a monitor.
+    input_health
+        Whether the input answers the coordinator
+        (:meth:`.input_health.InputHealth.status`).
     autoscaler
         The autoscaler's settings.
     capacity
@@ -161,6 +164,7 @@ class Facts:
     partitions_refused: str
     growth: Mapping[str, Any] | None
     partition_check_s: float | None
+    input_health: Mapping[str, Any]
     autoscaler: AutoscalerConfig
     capacity: float | None
     decision: Decision | None
@@ -191,7 +195,8 @@ def job_status(facts: Facts) -> dict[str, Any]:
         while any task's is unknown), ``recordsEnforced`` (records the
         job's time-ordered tasks processed without waiting for their
         other partitions, over all its containers; None unless its tasks
-        merge by timestamp) and ``events``.
+        merge by timestamp), ``input`` (whether the input answers the
+        coordinator: what fails since when) and ``events``.
     """
     model = facts.model
     owner = model.owner_of()
@@ -220,6 +225,7 @@ def job_status(facts: Facts) -> dict[str, Any]:
         "move": move_status(model, states, facts.change),
         "elasticityFactor": model.elasticity_factor,
         "partitions": dict(model.partitions),
+        "input": dict(facts.input_health),
         "partitionMonitor": {
             "plannedPartitions": dict(model.planned),
             "seen": dict(facts.partitions_seen),

@@ -76,6 +76,7 @@ from spark_elastic.runtime.coordinator.changes import (
 )
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
 from spark_elastic.runtime.coordinator.in_flight import InFlight
+from spark_elastic.runtime.coordinator.input_health import InputHealth
 from spark_elastic.runtime.coordinator.launcher import Launcher
 from spark_elastic.runtime.coordinator.moves import (
     MovePlan,
@@ -757,14 +758,19 @@ class Supervisor:
         """Where the inputs' partitions are read (None: no monitor)."""
         return self.partitions.watch
 
+    @property
+    def input_health(self) -> InputHealth:
+        """Whether the input answers the coordinator's calls (the server tells it each outcome)."""
+        return self.partitions.health
+
     def partition_check_due(self) -> bool:
         """Whether the monitor should look at the inputs now (the server asks each tick).
 
         Returns
         -------
         bool
-            True once per ``partition_check_s`` while a watch is set and no
-            growth is under way.
+            True once per ``partition_check_s`` while a watch is set, whatever
+            change is under way (a growth starts only when none is).
         """
         return self.partitions.check_due()
 
@@ -1308,6 +1314,7 @@ class Supervisor:
                 partitions_refused=self.partitions.refused,
                 growth=self.partitions.growth(),
                 partition_check_s=self.partitions.check_s if self.watch is not None else None,
+                input_health=self.partitions.health.status(self.watch),
                 autoscaler=self.autoscaling.config,
                 capacity=self.autoscaling.policy.capacity,
                 decision=self.autoscaling.decision,
