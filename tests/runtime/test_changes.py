@@ -399,3 +399,97 @@ def test_a_container_that_committed_before_a_restart_is_past_its_start(
     (heir,) = set(in_process.live()) - before
     in_process.step(0.1)
     assert heir in in_process.launcher.running()  # launched at once: no backoff
+
+
+# a growth during a change: never held hostage
+
+
+def grown(harness: InProcess) -> str:
+    """The inputs grew 2 -> 4 partitions (the new ones hold 5 and 7 records) while the old
+    ones end at 1: what the partition monitor saw."""
+    return harness.supervisor.observe_partitions(
+        {"clicks": 4}, {"clicks": {0: 1, 1: 1, 2: 5, 3: 7}}
+    )
+
+
+def test_a_growth_during_a_move_that_can_be_undone_goes_first_then_the_move_is_asked_again(
+    in_process: InProcess,
+) -> None:
+    running(in_process, stateful=True)
+    sup = in_process.supervisor
+    owners = in_process.live()
+    sup.scale(3)
+    assert sup.change is not None
+    assert sup.change.phase == "warming up"
+    assert grown(in_process) == "growth"
+    # The move is rolled back at once and the growth drains the old partitions meanwhile.
+    assert sup.change is not None
+    assert sup.change.kind == "growth"
+    assert warm_ups(in_process) == []
+    assert in_process.live() == owners
+    rolled = events(in_process, "partitions")
+    assert any(
+        "2 -> 3 containers rolled back: the inputs grew to {'clicks': 4}; the growth goes "
+        "first, then the change is asked again" in e
+        for e in rolled
+    )
+    # The new partitions' records count as lag though no task reads them yet.
+    status = sup.status()
+    assert status["partitionMonitor"]["unread"] == {"clicks": {"2": 5, "3": 7}}
+    assert status["inputLag"] == 12
+    with pytest.raises(
+        ChangeRefusedError, match=r"a change is under way \(partitions .*: draining\)"
+    ):
+        sup.scale(3)
+    # Drained: every container hands over to a successor reading the new partitions.
+    for c in sup.model.containers:
+        in_process.report(c.container_id, batch=1)
+    for _ in range(10):
+        in_process.step(1)
+        in_process.register_all()
+        if sup.model.partitions == {"clicks": 4} and sup.change and sup.change.kind == "scale":
+            break
+        for c in sup.model.containers:
+            in_process.report(c.container_id, batch=1)
+    assert sup.model.partitions == {"clicks": 4}
+    assert sup.status()["partitionMonitor"]["unread"] == {}
+    # Then the move is asked again, on the grown job.
+    assert sup.change is not None
+    assert (sup.change.kind, sup.change.target) == ("scale", {"containers": 3})
+    assert any(
+        "the change rolled back for the growth: " in e for e in events(in_process, "partitions")
+    )
+
+
+def test_a_growth_during_a_move_past_its_point_of_no_return_starts_once_the_move_ends(
+    in_process: InProcess,
+) -> None:
+    running(in_process, stateful=True, catch_up_s=5)
+    sup = in_process.supervisor
+    sup.scale(1)
+    sup.launch_pending()
+    in_process.register_all()
+    for _ in range(10):
+        in_process.step(1)
+        if sup.change is not None and sup.change.phase == "handing over":
+            break
+    assert sup.change is not None
+    assert sup.change.phase == "handing over"
+    assert grown(in_process) == "waits"
+    assert sup.change.kind == "scale"
+    monitor = sup.status()["partitionMonitor"]
+    assert monitor["growthWaiting"]["counts"] == {"clicks": 4}
+    assert monitor["unread"] == {"clicks": {"2": 5, "3": 7}}
+    assert any("seen during 2 -> 1 containers" in e for e in events(in_process, "partitions"))
+    for _ in range(10):
+        in_process.step(1)
+        in_process.register_all()
+        for c in sup.model.containers:
+            in_process.report(c.container_id, batch=2)
+        if sup.change is not None and sup.change.kind == "growth":
+            break
+    # The move ended and the growth began in the next tick: nothing came in between.
+    assert events(in_process, "change")[0].startswith("2 -> 1 containers: done in")
+    assert sup.change is not None
+    assert sup.change.kind == "growth"
+    assert sup.status()["partitionMonitor"]["growthWaiting"] is None

@@ -141,6 +141,11 @@ class PartitionMonitor:
         Why it does not follow what it saw ("" if it does).
     health
         Whether the input answers the monitor's and the group view's calls.
+    ends
+        The end offsets the monitor last saw: ``{topic: {partition: end}}``.
+    waiting
+        A growth seen while another change was in flight (``{"counts",
+        "barrier"}``), which starts when that change is rolled back or ends.
     """
 
     def __init__(
@@ -153,6 +158,9 @@ class PartitionMonitor:
         self._next_check = host.clock() + check_s
         self.seen: dict[str, int] = {}
         self.refused = ""
+        # The last look's end offsets, and a growth seen while another change was in flight.
+        self.ends: dict[str, dict[int, int]] = {}
+        self.waiting: dict[str, Any] | None = None
         # The consumer group view of progress (Kafka's own lag tools): what was last shown.
         self._group_shown: dict[str, dict[int, int]] = {}
         self._next_group_commit = host.clock()
@@ -206,36 +214,74 @@ class PartitionMonitor:
             self.refused = check.reason
             return check.verdict
         self.refused = ""
-        if check.verdict == "growth" and self.growth() is None and host.flight.change is not None:
-            return "waits"  # for the change in flight to end
-        if check.verdict == "growth" and self.growth() is None:
-            # Everything the old partitions hold now goes before anything in the new ones.
-            barrier = {
-                topic: {p: int(o) for p, o in ends.get(topic, {}).items() if p < current}
-                for topic, current in model.partitions.items()
-                if counts[topic] != current
-            }
-            growth = {"counts": dict(counts), "barrier": barrier}
-            with store.transaction() as db:
-                store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
-                host.flight.begin(
-                    db,
-                    "growth",
-                    f"partitions {dict(model.partitions)} -> {dict(counts)}",
-                    {"partitions": dict(counts)},
-                    DRAINING,
-                )
-                store.add_event(
-                    db,
+        self.ends = {t: dict(ps) for t, ps in ends.items()}
+        if check.verdict != "growth" or self.growth() is not None:
+            return check.verdict
+        # Everything the old partitions hold now goes before anything in the new ones (any
+        # barrier read after the growth keeps each key's order; the earliest drains soonest).
+        barrier = {
+            topic: {p: int(o) for p, o in ends.get(topic, {}).items() if p < current}
+            for topic, current in model.partitions.items()
+            if counts[topic] != current
+        }
+        change = host.flight.change
+        if change is not None:
+            if self.waiting is None or self.waiting["counts"] != dict(counts):
+                self.waiting = {"counts": dict(counts), "barrier": barrier}
+                store.event(
                     "partitions",
-                    detail=f"growth {dict(model.partitions)} -> {dict(counts)}: old "
-                    f"partitions drain to {_offsets_text(barrier)} before new ones are read",
+                    detail=f"growth {dict(model.partitions)} -> {dict(counts)} seen during "
+                    f"{change.describe()}: it starts once that change is rolled back or ends",
                 )
-            host.count("partition_growths")
+            return "waits"
+        self._begin(dict(counts), barrier)
         return check.verdict
 
+    def begin_waiting(self) -> bool:
+        """Start the growth seen during a change, now that none is in flight; whether one
+        started."""
+        if self.waiting is None or self.host.flight.change is not None:
+            return False
+        waiting, self.waiting = self.waiting, None
+        self._begin(waiting["counts"], waiting["barrier"])
+        return True
+
+    def unread(self) -> dict[str, dict[int, int]]:
+        """Partitions the broker has and no task reads yet, with their end offsets (as last
+        looked at): a growth not yet handed over, or one that waits for a change."""
+        current = self.host.model.partitions
+        return {
+            topic: {p: end for p, end in sorted(ends.items()) if p >= current.get(topic, 0)}
+            for topic, ends in self.ends.items()
+            if any(p >= current.get(topic, 0) for p in ends)
+        }
+
+    def _begin(self, counts: dict[str, int], barrier: dict[str, dict[int, int]]) -> None:
+        host = self.host
+        store, model = host.store, host.model
+        growth = {"counts": counts, "barrier": barrier}
+        self.waiting = None
+        with store.transaction() as db:
+            store.set_meta(db, "growth", json.dumps(growth, sort_keys=True))
+            host.flight.begin(
+                db,
+                "growth",
+                f"partitions {dict(model.partitions)} -> {dict(counts)}",
+                {"partitions": dict(counts)},
+                DRAINING,
+            )
+            store.add_event(
+                db,
+                "partitions",
+                detail=f"growth {dict(model.partitions)} -> {dict(counts)}: old "
+                f"partitions drain to {_offsets_text(barrier)} before new ones are read",
+            )
+        host.count("partition_growths")
+
     def advance(self) -> None:
-        """Once the old partitions drained to the growth's barrier, hand every task over."""
+        """Start a growth that waited for a change once none is in flight; once the old
+        partitions drained to the growth's barrier, hand every task over."""
+        self.begin_waiting()
         growth = self.growth()
         if growth is None:
             return

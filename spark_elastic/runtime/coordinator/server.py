@@ -153,11 +153,24 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _monitor_line(monitor: dict[str, Any]) -> str:
     e = html.escape
+    unread = ""
+    if monitor["unread"]:
+        records = sum(end for ends in monitor["unread"].values() for end in ends.values())
+        unread = (
+            f" Not read by any task yet: {e(json.dumps(monitor['unread']))} ({records:,} "
+            "records, counted in the input lag)."
+        )
     if monitor["growth"] is not None:
         growth = monitor["growth"]
         return (
             f"<p class='growth'>Partition growth to {e(json.dumps(growth['counts']))}: old "
-            f"partitions drain to {e(json.dumps(growth['barrier']))} first.</p>"
+            f"partitions drain to {e(json.dumps(growth['barrier']))} first.{unread}</p>"
+        )
+    if monitor["growthWaiting"] is not None:
+        return (
+            f"<p class='growth'>Partition growth to "
+            f"{e(json.dumps(monitor['growthWaiting']['counts']))} waits for the change in "
+            f"flight, which can no longer be rolled back, to end.{unread}</p>"
         )
     if monitor["refused"]:
         return f"<p class='refused'>Partition change not followed: {e(monitor['refused'])}</p>"

@@ -120,6 +120,11 @@ class Facts:
         Why the monitor does not follow what it saw ("" if it does).
     growth
         The growth under way (its counts and barrier), or None.
+    growth_waiting
+        A growth seen during a change that could not be rolled back, or None.
+    unread
+        Partitions the broker has and no task reads yet, with their end
+        offsets: ``{topic: {partition: end}}``.
     partition_check_s
         How often the monitor looks; None without a monitor.
     input_health
@@ -163,6 +168,8 @@ class Facts:
     partitions_seen: Mapping[str, int]
     partitions_refused: str
     growth: Mapping[str, Any] | None
+    growth_waiting: Mapping[str, Any] | None
+    unread: Mapping[str, Mapping[int, int]]
     partition_check_s: float | None
     input_health: Mapping[str, Any]
     autoscaler: AutoscalerConfig
@@ -219,7 +226,7 @@ def job_status(facts: Facts) -> dict[str, Any]:
             facts.change, facts.in_phase_s, facts.warm_up_deadline_s, facts.catch_up_s
         ),
         "inputLag": input_lag(
-            facts.lags, _partitions_of(model, facts.progress, facts.task_partitions)
+            facts.lags, _partitions_of(model, facts.progress, facts.task_partitions), facts.unread
         ),
         "recordsEnforced": sum(facts.enforced.values()) if facts.time_ordered else None,
         "move": move_status(model, states, facts.change),
@@ -231,6 +238,8 @@ def job_status(facts: Facts) -> dict[str, Any]:
             "seen": dict(facts.partitions_seen),
             "refused": facts.partitions_refused,
             "growth": facts.growth,
+            "growthWaiting": facts.growth_waiting,
+            "unread": {t: {str(p): end for p, end in ps.items()} for t, ps in facts.unread.items()},
             "checkEveryS": facts.partition_check_s,
         },
         "lease": {
@@ -446,9 +455,14 @@ def group_offsets(
     return result
 
 
-def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str]]) -> int | None:
+def input_lag(
+    lags: Mapping[str, int],
+    partitions_of: Mapping[str, frozenset[str]],
+    unread: Mapping[str, Mapping[int, int]] | None = None,
+) -> int | None:
     """The job's backlog, each record once: tasks over the same partitions (a partition's
-    key buckets) each report all of its backlog, so it counts once, at the slowest.
+    key buckets) each report all of its backlog, so it counts once, at the slowest; a
+    partition no task reads yet counts whole.
 
     Parameters
     ----------
@@ -456,6 +470,9 @@ def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str
         Each task's lag as its owner reported it; -1 when unknown.
     partitions_of
         Each task's partitions (``"topic/partition"``).
+    unread
+        Partitions the broker has and no task reads yet: ``{topic: {partition:
+        end offset}}`` (a new partition starts at offset 0).
 
     Returns
     -------
@@ -468,7 +485,9 @@ def input_lag(lags: Mapping[str, int], partitions_of: Mapping[str, frozenset[str
     for task, lag in lags.items():
         key = partitions_of.get(task, frozenset({task}))
         slowest[key] = max(slowest.get(key, 0), lag)
-    return sum(slowest.values())
+    return sum(slowest.values()) + sum(
+        end for ends in (unread or {}).values() for end in ends.values()
+    )
 
 
 def status_json(status: Mapping[str, Any]) -> str:

@@ -128,6 +128,9 @@ __all__ = [
     "status_json",
 ]
 
+AFTER_GROWTH = "afterGrowth"
+"""The store's key for the change a growth rolled back (its target), asked again after it."""
+
 Clock = Callable[[], float]
 
 
@@ -744,6 +747,7 @@ class Supervisor:
         self.partitions.advance()
         self.moves.advance()
         self.flight.settle(self)
+        self._ask_again_after_growth()
         self.launch_pending()
         if self.autoscaler.mode != "off":
             try:
@@ -809,9 +813,47 @@ class Supervisor:
         Returns
         -------
         str
-            The verdict: ``"same"``, ``"growth"`` or ``"refused"``.
+            The verdict: ``"same"``, ``"growth"``, ``"refused"``, or
+            ``"waits"``: the inputs grew during a change that can no longer be
+            rolled back, and the growth starts once it ends.
         """
-        return self.partitions.observe(counts, ends)
+        verdict = self.partitions.observe(counts, ends)
+        change = self.change
+        if verdict != "waits" or change is None or refuse_cancel(change) is not None:
+            return verdict
+        # A growth is never held hostage by a change: one that can still be undone is,
+        # and asked again once the growth is done (the new partitions are read meanwhile).
+        self.flight.roll_back(
+            self,
+            f"the inputs grew to {dict(counts)}; the growth goes first, then the change is "
+            "asked again",
+            "partitions",
+        )
+        with self.store.transaction() as db:
+            self.store.set_meta(db, AFTER_GROWTH, json.dumps(change.target, sort_keys=True))
+        self.partitions.begin_waiting()
+        return "growth"
+
+    def _ask_again_after_growth(self) -> None:
+        """Ask again for the change a growth rolled back, once nothing else is in flight."""
+        text = self.store.meta(AFTER_GROWTH)
+        if not text or self.change is not None or self.partitions.waiting is not None:
+            return
+        target = json.loads(text)
+        try:
+            if "containers" in target:
+                summary = self.scale(int(target["containers"]))
+            else:
+                summary = self.change_factor(int(target["elasticityFactor"]))
+        except ChangeRefusedError:
+            return  # containers still starting, say: the next tick asks again
+        except ArgumentError as exc:  # the grown job cannot take it: said, not retried
+            summary = f"not taken: {exc}"
+        with self.store.transaction() as db:
+            self.store.set_meta(db, AFTER_GROWTH, "")
+            self.store.add_event(
+                db, "partitions", detail=f"the change rolled back for the growth: {summary}"
+            )
 
     # the change in flight
 
@@ -1031,6 +1073,11 @@ class Supervisor:
             raise ChangeRefusedError(
                 f"a change is under way ({self.change.describe()}); retry after it, or cancel "
                 "it (job scale URL --cancel)"
+            )
+        grown = self.partitions.waiting
+        if grown is not None:
+            raise ChangeRefusedError(
+                f"the inputs grew to {grown['counts']} and that growth goes first; retry after it"
             )
         waiting = sorted(r.id for r in self.records.values() if r.state == "launching")
         if waiting:
@@ -1313,6 +1360,8 @@ class Supervisor:
                 partitions_seen=dict(self.partitions.seen),
                 partitions_refused=self.partitions.refused,
                 growth=self.partitions.growth(),
+                growth_waiting=self.partitions.waiting,
+                unread=self.partitions.unread(),
                 partition_check_s=self.partitions.check_s if self.watch is not None else None,
                 input_health=self.partitions.health.status(self.watch),
                 autoscaler=self.autoscaling.config,
