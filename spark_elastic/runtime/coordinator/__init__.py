@@ -12,6 +12,9 @@ local processes), :mod:`.processes` (the one place container processes are
 launched, stopped and killed, through a launcher), :mod:`.retiring`
 (retired containers their successors wait for), :mod:`.crash_loops`
 (failures at start carried to successors, backoffs, reported causes),
+:mod:`.input_process` (a Kafka input's calls in a child process it restarts:
+librdkafka's aborts are failed calls), :mod:`.input_health` (what of the
+input fails since when),
 :mod:`.registry` (the SQLite store of job model
 versions, containers, generations and events), :mod:`.server` (the HTTP
 API, status page and metrics), :mod:`.changes` (a change's phases and
