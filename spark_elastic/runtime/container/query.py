@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_elastic.errors import ProtocolError
+from spark_elastic.errors import InputError, ProtocolError
 from spark_elastic.runtime.container.console import EXIT_FENCED, _log
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.job import TRANSACTIONAL, BatchContext, Job, sink_guarantee
@@ -391,7 +391,15 @@ def build_report(
         Committed offsets and lag per task, and records read against processed.
     """
     offsets = _offsets_of(progress)
-    ends = {topic: job.input.end_offsets(topic) for topic in offsets}
+    try:
+        ends: dict[str, dict[int, int]] | None = {
+            topic: dict(job.input.end_offsets(topic)) for topic in offsets
+        }
+    except InputError as exc:
+        # A broker away for a while: the commit is reported all the same (the coordinator
+        # needs it for moves and growth), its lag as unknown.
+        _log(f"lag of batch {progress.get('batchId')} unknown: {exc}")
+        ends = None
     ids = {name: i for i, name in enumerate(plan.task_names())}
     tasks = []
     for name in mine.tasks:
@@ -400,9 +408,9 @@ def build_report(
         for ssp in plan.task(ids[name]).partitions:
             committed = offsets.get(ssp.stream, {}).get(ssp.partition, 0)
             own.setdefault(ssp.stream, {})[ssp.partition] = committed
-            end = ends.get(ssp.stream, {})
+            end = (ends or {}).get(ssp.stream, {})
             lag += max(int(end[ssp.partition]) - committed, 0) if ssp.partition in end else 0
-        tasks.append(TaskProgress(name, own, lag))
+        tasks.append(TaskProgress(name, own, lag if ends is not None else -1))
     read = _metric(progress, READ_METRIC, "read")
     enforced = 0
     if job.processor is not None:
