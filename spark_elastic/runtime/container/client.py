@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -32,6 +33,10 @@ from spark_elastic.runtime.protocol import (
 __all__ = ["CoordinatorClient", "first_line"]
 
 
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.+)$")
+"""A traceback's line naming what was raised: ``package.module.SinkError: message``."""
+
+
 def first_line(error: BaseException | str) -> str:
     """An error in one line, as the coordinator shows it: ``Type: first line of message``.
 
@@ -48,8 +53,18 @@ def first_line(error: BaseException | str) -> str:
     if isinstance(error, str):
         text = error
     else:
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        text = f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+        # Spark appends the query's state and plan after what failed.
+        message = str(error).split("=== Streaming Query ===")[0]
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        head = lines[0] if lines else ""
+        if "Traceback (most recent call last)" in message:
+            # A query that died in Python code of its own (foreachBatch: the sink) carries
+            # that code's traceback; its first line says only that. What the Python code
+            # raised, outermost last, is the cause.
+            raised = [m for line in lines if (m := _RAISED.match(line))]
+            if raised:
+                head = f"{raised[-1].group(1).rsplit('.', 1)[-1]}: {raised[-1].group(2)}"
+        text = f"{type(error).__name__}: {head}".rstrip(": ")
     text = " ".join(text.split()) or "unknown error"
     return text[: FailureReport.MAX_ERROR]
 
