@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,9 @@ PROGRESS_SUFFIX = ".spark-elastic-progress"
 """A :class:`KafkaSink`'s progress topic is its output topic's name with this suffix."""
 
 TRANSACTION_TIMEOUT_MS = 60_000
+# Delivery failures that say no broker answered in time (librdkafka's _MSG_TIMED_OUT,
+# _TIMED_OUT, _TRANSPORT, _ALL_BROKERS_DOWN), not that one refused the records.
+_UNDELIVERED = frozenset({-192, -185, -195, -187})
 """The producers' ``transaction.timeout.ms`` (librdkafka's default, stated): a container
 killed mid-transaction under a transactional id no successor takes holds back
 ``read_committed`` readers of its partitions until the broker aborts it, this long."""
@@ -98,6 +101,15 @@ class KafkaSink:
         ``bootstrap.servers`` and ``transactional.id``.
     timeout_s
         Bound on each transaction step (init, commit, abort).
+    outage_s
+        How long a batch, or a new owner's first transaction, is tried again
+        while the brokers do not answer (timed out, unreachable, a
+        transaction the broker aborted meanwhile): each try aborts the last
+        and sends the batch again in a new transaction, so nothing is
+        published twice, and a commit whose outcome is unknown is asked
+        again, never redone. Past it the batch fails, and its container with
+        it. A broker fencing the producer (a successor took its tasks) or
+        refusing the records is never tried again.
     guarantee
         :data:`~spark_elastic.runtime.job.TRANSACTIONAL` (default) or
         :data:`~spark_elastic.runtime.job.AT_LEAST_ONCE`.
@@ -116,6 +128,7 @@ class KafkaSink:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
     guarantee: str = TRANSACTIONAL
+    outage_s: float = 120.0
     progress_topic: str = ""
 
     def __post_init__(self) -> None:
@@ -139,6 +152,7 @@ class KafkaSink:
             )
         object.__setattr__(self, "kafka_options", options)
         _check_timeout("KafkaSink.timeout_s", self.timeout_s)
+        _check_timeout("KafkaSink.outage_s", self.outage_s)
         _check_guarantee("KafkaSink.guarantee", self.guarantee, (TRANSACTIONAL, AT_LEAST_ONCE))
         if not isinstance(self.progress_topic, str):
             raise ArgumentTypeError.wrong_type(
@@ -171,35 +185,75 @@ class KafkaSink:
         """
         records = list(self._records(batch))
         transactional_id = self._tid(context.job, context.tasks, context.container_id)
-        producer = self._producer(transactional_id)
-        try:
-            producer.begin_transaction()
-            for key, value in records:
-                self._produce(producer, self.topic, key, value)
-            if self.guarantee == TRANSACTIONAL:
-                progress = {"covers": [[*key, int(offset)] for key, offset in context.covers]}
-                self._produce(
-                    producer,
-                    self.progress_topic,
-                    f"{context.job}/{context.container_id}/{context.generation}".encode(),
-                    json.dumps(progress).encode(),
-                )
-            # Everything sent before the lease check, so that only the commit's round trip
-            # lies between the check and the batch becoming visible (the write budget).
-            unsent = producer.flush(self.timeout_s)
-            if unsent:
-                raise SinkError(f"{unsent} records not sent within {self.timeout_s:g} s")
+        deadline = time.monotonic() + self.outage_s
+        while True:
+            producer = self._producer(transactional_id, deadline)
+            try:
+                self._publish(producer, records, context, deadline)
+                return
+            except FencedError:
+                self._abort(producer, transactional_id)
+                raise
+            except Exception as exc:
+                self._abort(producer, transactional_id)
+                if _broker_away(exc) and time.monotonic() + 1 < deadline:
+                    time.sleep(1)  # the batch again, in a new transaction
+                    continue
+                raise SinkError(
+                    f"KafkaSink: batch {context.batch_id} of {context.container_id} was not "
+                    f"published to {self.topic!r} on {self.bootstrap_servers}: "
+                    f"{_first_line(exc)}"
+                ) from exc
+
+    def _publish(
+        self,
+        producer: Any,
+        records: Sequence[tuple[bytes | None, bytes | None]],
+        context: BatchContext,
+        deadline: float,
+    ) -> None:
+        """One transaction of the batch: its records, its progress record, the lease check,
+        the commit (asked again while its outcome is unknown, within ``deadline``)."""
+        refused: list[Any] = []
+
+        def delivered(error: Any, _: Any) -> None:
+            # Records not delivered because no broker answered in time fail the commit as
+            # an abortable error, as refused ones do: only the reports tell them apart.
+            if error is not None and error.code() not in _UNDELIVERED:
+                refused.append(error)
+
+        producer.begin_transaction()
+        for key, value in records:
+            self._produce(producer, self.topic, key, value, delivered)
+        if self.guarantee == TRANSACTIONAL:
+            progress = {"covers": [[*key, int(offset)] for key, offset in context.covers]}
+            self._produce(
+                producer,
+                self.progress_topic,
+                f"{context.job}/{context.container_id}/{context.generation}".encode(),
+                json.dumps(progress).encode(),
+                delivered,
+            )
+        # Everything sent before the lease check, so that only the commit's round trip
+        # lies between the check and the batch becoming visible (the write budget).
+        unsent = producer.flush(self.timeout_s)
+        if refused:
+            raise SinkError(f"the brokers refused records: {refused[0].str()}")
+        if unsent:
+            raise SinkError(f"{unsent} records not sent within {self.timeout_s:g} s")
+        while True:
             context.fence()
-            producer.commit_transaction(self.timeout_s)
-        except FencedError:
-            self._abort(producer, transactional_id)
-            raise
-        except Exception as exc:
-            self._abort(producer, transactional_id)
-            raise SinkError(
-                f"KafkaSink: batch {context.batch_id} of {context.container_id} was not "
-                f"published to {self.topic!r} on {self.bootstrap_servers}: {_first_line(exc)}"
-            ) from exc
+            try:
+                producer.commit_transaction(self.timeout_s)
+                return
+            except Exception as exc:
+                if refused:
+                    raise SinkError(f"the brokers refused records: {refused[0].str()}") from exc
+                # A commit that timed out may have landed: it is resumed (librdkafka's
+                # retriable commit), never redone in a new transaction.
+                error = _kafka_error(exc)
+                if error is None or not error.retriable() or time.monotonic() > deadline:
+                    raise
 
     def _records(self, batch: DataFrame) -> Iterator[tuple[bytes | None, bytes | None]]:
         """``(key, value)`` of each row, as bytes."""
@@ -310,11 +364,18 @@ class KafkaSink:
             return f"spark-elastic-{job}-{digest}-{self.topic}"
         return _tid(container_id, self.topic)
 
-    def _produce(self, producer: Any, topic: str, key: bytes | None, value: bytes | None) -> None:
+    def _produce(
+        self,
+        producer: Any,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        delivered: Callable[[Any, Any], None] | None = None,
+    ) -> None:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                producer.produce(topic, key=key, value=value)
+                producer.produce(topic, key=key, value=value, on_delivery=delivered)
                 return
             except BufferError:
                 # The producer's queue is full: let it send, then try again, for a while.
@@ -324,7 +385,12 @@ class KafkaSink:
                     ) from None
                 producer.poll(0.1)
 
-    def _producer(self, transactional_id: str) -> Any:
+    def _producer(self, transactional_id: str, deadline: float | None = None) -> Any:
+        """The container's transactional producer for ``transactional_id``, made and
+        initialised once (``init_transactions`` asked again while the brokers do not
+        answer, until ``deadline``; by default :attr:`outage_s` from now)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.outage_s
         cache_key = (self.bootstrap_servers, transactional_id)
         with _PRODUCERS_LOCK:
             producer = _PRODUCERS.get(cache_key)
@@ -351,7 +417,16 @@ class KafkaSink:
                     }
                 )
                 try:
-                    producer.init_transactions(self.timeout_s)
+                    while True:
+                        try:
+                            producer.init_transactions(self.timeout_s)
+                            break
+                        except Exception as exc:
+                            producer.poll(0)  # serves the error callbacks: a refused login?
+                            if refused or not _broker_away(exc):
+                                raise
+                            if time.monotonic() + self.timeout_s > deadline:
+                                raise
                 except Exception as exc:
                     producer.poll(0)  # serves the error callbacks librdkafka has queued
                     if refused:
@@ -362,7 +437,8 @@ class KafkaSink:
                     raise SinkError(
                         f"KafkaSink.bootstrap_servers: expected a Kafka broker that starts a "
                         f"transaction within {self.timeout_s:g} s, found none at "
-                        f"{self.bootstrap_servers} ({_first_line(exc)})"
+                        f"{self.bootstrap_servers} ({_first_line(exc)}; asked again for up "
+                        f"to {self.outage_s:g} s)"
                     ) from exc
                 if self.guarantee == TRANSACTIONAL:
                     self._create_progress_topic()
@@ -403,6 +479,23 @@ def _tid(container_id: str, topic: str) -> str:
     each other in Kafka (the lease fences a zombie); a restarted process of the container
     resumes it."""
     return f"spark-elastic-{container_id}-{topic}"
+
+
+def _kafka_error(exc: BaseException) -> Any:
+    """The ``KafkaError`` a confluent-kafka call raised, or None."""
+    error = exc.args[0] if exc.args else None
+    return error if hasattr(error, "retriable") and hasattr(error, "fatal") else None
+
+
+def _broker_away(exc: BaseException) -> bool:
+    """Whether ``exc`` says the brokers did not answer (or aborted the transaction
+    meanwhile), not that they refused: worth another transaction once they are back."""
+    if isinstance(exc, SinkError):
+        return "not sent within" in str(exc)  # our own flush's bound
+    error = _kafka_error(exc)
+    if error is None or error.fatal():
+        return False  # fenced by a successor, or no producer any more
+    return bool(error.retriable() or error.txn_requires_abort())
 
 
 def _bytes(value: object) -> bytes | None:

@@ -183,13 +183,14 @@ def test_no_broker_is_one_line_naming_the_servers(spark: SparkSession) -> None:
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     batch = spark.createDataFrame([("a",)], "user string")
     with pytest.raises(SinkError) as caught:
-        KafkaSink(address, "out", timeout_s=2).write(batch, context(0))
+        KafkaSink(address, "out", timeout_s=2, outage_s=5).write(batch, context(0))
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(
         "KafkaSink.bootstrap_servers: expected a Kafka broker that starts a transaction "
         f"within 2 s, found none at {address} ("
     )
+    assert message.endswith("; asked again for up to 5 s)")  # a broker away rides that long
 
 
 @pytest.mark.parametrize(
@@ -242,3 +243,50 @@ def test_bad_arguments_are_one_line_naming_them(
     with pytest.raises(error) as caught:
         KafkaSink(**{**arguments, **kwargs})  # type: ignore[arg-type]
     assert str(caught.value) == message
+
+
+def test_a_batch_written_while_the_broker_is_away_is_published_once_when_it_returns(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+    import threading
+
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-outage": 2})
+    sink = KafkaSink(kafka.bootstrap, "sink-outage", key="user", timeout_s=2.0, outage_s=120)
+    sink.write(spark.createDataFrame([("before-0",)], "user string"), context(0))
+    tries: list[BaseException] = []
+    away = sinks._broker_away
+
+    def counted(exc: BaseException) -> bool:
+        tries.append(exc)
+        return away(exc)
+
+    monkeypatch.setattr(sinks, "_broker_away", counted)
+    after = spark.createDataFrame([(f"after-{i}",) for i in range(10)], "user string")
+    kafka.kill()
+    try:
+        # Away longer than a sink allows: the batch fails, saying so.
+        with pytest.raises(SinkError, match=r"^KafkaSink: batch 1 of sink-c1 was not published"):
+            dataclasses.replace(sink, outage_s=3.0).write(after, context(1))
+        tried = len(tries)
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                sink.write(after, context(1))
+            except BaseException as exc:  # the spec's thread reports what it met
+                failed.append(exc)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        wait_until("two tries of the batch", lambda: len(tries) >= tried + 2, timeout=60)
+    finally:
+        kafka.restart()
+    writer.join(120)
+    assert not writer.is_alive()
+    assert failed == []
+    # Each record once, though the batch was sent in several transactions.
+    committed = read_back(kafka.bootstrap, "sink-outage", 11)
+    assert sorted(k.decode() for k, _, _ in committed if k) == sorted(
+        ["before-0"] + [f"after-{i}" for i in range(10)]
+    )
