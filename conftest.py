@@ -46,6 +46,8 @@ os.environ.pop("SPARK_CONF_DIR", None)  # on the class path, it would void the a
 # are marked `long` (`make test-all`).
 STORIES = {
     "end-to-end": (
+        "test_kafka_faults.py::test_a_short_schedule",
+        "test_kafka_faults.py::test_a_long_schedule",
         "test_job_run_kafka.py",
         "test_job_run.py",
         "test_job_run_stateless.py",

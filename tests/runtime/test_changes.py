@@ -433,6 +433,9 @@ def test_a_growth_during_a_move_that_can_be_undone_goes_first_then_the_move_is_a
         "first, then the change is asked again" in e
         for e in rolled
     )
+    # Seen again while it drains, the growth is the one under way, counted once.
+    assert grown(in_process) == "growing"
+    assert sup.counters["partition_growths"] == 1
     # The new partitions' records count as lag though no task reads them yet.
     status = sup.status()
     assert status["partitionMonitor"]["unread"] == {"clicks": {"2": 5, "3": 7}}

@@ -46,7 +46,18 @@ from jobs import (
     tagged_rows,
     wait_until,
 )
-from kafka_clicks import produce, records_on
+from kafka_clicks import (
+    OPTIONS,
+    OUT,
+    TOPIC,
+    all_published,
+    change_factor,
+    grow,
+    produce,
+    published_rows,
+    records_on,
+    start_on_kafka,
+)
 from pyspark.sql import SparkSession
 from standins import alive
 
@@ -55,104 +66,11 @@ from spark_elastic.runtime.growth import grown_plan
 
 pytestmark = pytest.mark.slow
 
-TOPIC = "clicks"  # the example job's topic; no other spec of the session's broker uses it
-OUT = "click-counts"  # where it writes
-TIMEOUT = 30.0
-OPTIONS = ("--partition-check-ms", "500")  # the coordinator's, for growth within the story
-
 
 @pytest.fixture
 def clicks(tmp_path: Path) -> Path:
     """The job's files (checkpoints, sink, store); its input is the broker's topic."""
     return tmp_path
-
-
-def grow(bootstrap: str, partitions: int) -> None:
-    """Add partitions with Kafka's CreatePartitions; returns once the metadata lists them."""
-    from confluent_kafka.admin import AdminClient, NewPartitions
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_partitions([NewPartitions(TOPIC, partitions)]).values():
-        future.result(timeout=TIMEOUT)
-    wait_until(
-        f"{partitions} partitions listed",
-        lambda: (
-            len(admin.list_topics(TOPIC, timeout=TIMEOUT).topics[TOPIC].partitions) == partitions
-        ),
-    )
-
-
-def published_rows(bootstrap: str, out: str = OUT) -> list[tuple[str, int, int, int]]:
-    """The job's rows a ``read_committed`` consumer of the output reads, to its end, sorted."""
-    rows = [json.loads(value or b"{}") for value in kafka_jvm.read_to_end(bootstrap, out)]
-    return sorted((r["user"], r["clicks"], r["partition"], r["offset"]) for r in rows)
-
-
-def all_published(bootstrap: str, total: int, out: str = OUT) -> Callable[[], bool]:
-    """Whether the output holds a row for each of ``total`` records (repeats not counted)."""
-    return lambda: len({(u, p, o) for u, _, p, o in published_rows(bootstrap, out)}) >= total
-
-
-def change_factor(job: RunningJob, factor: int, meanwhile: Callable[[], None]) -> set[str]:
-    """``job scale --elasticity-factor``, ``meanwhile`` run as it starts, the change settled:
-    the containers that warmed up for it.
-
-    The tasks are still those of the 4 partitions planned (SEP-5: growth maps onto them).
-    """
-    before = {c["containerId"] for c in job.job_model()["containers"]}
-    changed = run_cli("job", "scale", job.url, "--elasticity-factor", str(factor))
-    assert changed.returncode == 0, changed.stderr
-    meanwhile()
-    after = wait_until(
-        f"factor {factor}",
-        lambda: (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == factor and m,
-        timeout=CHANGE_DEADLINE_S,
-    )
-    assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(
-        f"Partition {p}_{b}_{factor}" for p in range(4) for b in range(factor)
-    )
-    job.status()  # records the new containers' pids for cleanup
-    return {c["containerId"] for c in after["containers"]} - before
-
-
-class Clicks:
-    """Records produced to the job's topic while it runs, counted."""
-
-    def __init__(self, bootstrap: str, topic: str = TOPIC) -> None:
-        self.bootstrap, self.topic, self.total = bootstrap, topic, 0
-
-    def produce(self, count: int) -> None:
-        produce(self.bootstrap, self.topic, self.total, count)
-        self.total += count
-
-    def applied(self, out: str = OUT) -> Callable[[], bool]:
-        """Whether ``out`` holds a row for each record produced so far."""
-        return all_published(self.bootstrap, self.total, out)
-
-
-def start_on_kafka(
-    kafka: kafka_jvm.KafkaBroker,
-    start_job: Callable[..., RunningJob],
-    monkeypatch: pytest.MonkeyPatch,
-    topic: str,
-    out: str,
-) -> tuple[RunningJob, Clicks, dict[str, int]]:
-    """The click count on 2 containers, factor 2 over ``topic``'s 4 partitions (8 tasks),
-    writing to ``out``; returns once it has applied the first records."""
-    kafka_jvm.create_topics(kafka.bootstrap, {topic: 4, out: 4})
-    records = Clicks(kafka.bootstrap, topic)
-    records.produce(RECORDS)
-    monkeypatch.setenv("CLICKS_KAFKA", kafka.bootstrap)
-    monkeypatch.setenv("CLICKS_TOPIC", topic)
-    monkeypatch.setenv("CLICKS_OUT_TOPIC", out)
-    monkeypatch.setenv("CLICKS_FACTOR", "2")
-    job = start_job(2, None, 0, *OPTIONS)
-    running = wait_until(
-        "two running containers",
-        lambda: len(job.running_containers()) == 2 and job.running_containers(),
-    )
-    wait_until("every record applied", records.applied(out), APPLY_DEADLINE_S)
-    return job, records, running
 
 
 def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_broker_crash(

@@ -215,8 +215,10 @@ class PartitionMonitor:
             return check.verdict
         self.refused = ""
         self.ends = {t: dict(ps) for t, ps in ends.items()}
-        if check.verdict != "growth" or self.growth() is not None:
+        if check.verdict != "growth":
             return check.verdict
+        if self.growth() is not None:
+            return "growing"  # the growth under way: counted once, when it began
         # Everything the old partitions hold now goes before anything in the new ones (any
         # barrier read after the growth keeps each key's order; the earliest drains soonest).
         barrier = {

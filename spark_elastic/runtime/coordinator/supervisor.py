@@ -813,9 +813,10 @@ class Supervisor:
         Returns
         -------
         str
-            The verdict: ``"same"``, ``"growth"``, ``"refused"``, or
-            ``"waits"``: the inputs grew during a change that can no longer be
-            rolled back, and the growth starts once it ends.
+            The verdict: ``"same"``, ``"growth"`` (one began), ``"growing"``
+            (the growth under way), ``"refused"``, or ``"waits"``: the inputs
+            grew during a change that can no longer be rolled back, and the
+            growth starts once it ends.
         """
         verdict = self.partitions.observe(counts, ends)
         change = self.change
