@@ -640,7 +640,10 @@ _GATED_JAR = ("the project's gated-kafka jar", "io.github.sparkelastic.kafka.Gat
 _LEADER_RETRY_S = 0.1
 _CLIENTS_LOCK = threading.Lock()  # KafkaInput._clients: the coordinator calls from threads
 # librdkafka's codes (confluent_kafka.KafkaError), not imported: the module loads no client.
-_LEADER_MOVING = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION
+# LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION, and FENCED_LEADER_EPOCH and
+# UNKNOWN_LEADER_EPOCH ("Leader epoch is newer than broker epoch"), which a broker restarted
+# a moment ago answers for a partition whose metadata it has not caught up with.
+_LEADER_MOVING = frozenset({5, 6, 74, 75})
 # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR: a group's coordinator
 # loading (the offsets topic's first use: about 0.5 s) or moving. librdkafka does not flag
 # them retriable on an offset commit's partitions, though asking again is the answer.

@@ -169,8 +169,12 @@ def test_the_coordinator_rides_out_two_broker_restarts_and_says_so_during_a_chan
         wait_until("the scale done", lambda: coordinator.status()["change"] is None, 60)
         assert coordinator.server.failure is None
         assert coordinator.status()["counters"].get("failovers", 0) == 0
-        assert sum("check failed" in d for d in details("partitions")) >= 2
-        assert sum("the input answers again" in d for d in details("partitions")) == 2
+        # Each outage said and its return too (a client process that librdkafka aborted
+        # after the broker's return is one more short episode, said as such).
+        said = details("partitions")  # newest first
+        assert sum("check failed" in d for d in said) >= 2
+        assert sum("the input answers again" in d for d in said) >= 2
+        assert "the input answers again" in said[0]
         restarts = health()["clientRestarts"]
         assert restarts == watch.restarts
 
