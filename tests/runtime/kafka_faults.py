@@ -183,6 +183,7 @@ class FaultRun:
         shape = self.shape = Shape()
         for number, fault in enumerate(schedule, start=1):
             print(f"{time.strftime('%H:%M:%S')} step {number}: {fault}", flush=True)
+            began = time.time()
             self.records.produce(500)
             self.apply(fault)
             shape = self.shape = shape.after(fault)
@@ -194,6 +195,10 @@ class FaultRun:
                 APPLY_DEADLINE_S,
             )
             self.coordinator_alive()
+            # What the coordinator made of the step, for a reader of a failed seed's output.
+            for event in reversed(self.job.status()["events"]):
+                if event["at"] >= began:
+                    print(f"    {event['kind']} {event['container']} {event['detail']}")
 
     def apply(self, fault: Fault) -> None:
         """``fault``, and what falls during it once it is in flight."""
