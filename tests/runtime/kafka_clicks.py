@@ -160,3 +160,28 @@ def start_on_kafka(
     )
     wait_until("every record applied", records.applied(out), APPLY_DEADLINE_S)
     return job, records, running
+
+
+def group_at_end(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
+    """Wait until Kafka's own tools show the job's consumer group (``clicks``, named for the
+    job) at the end of every partition of ``topic``; returns the ends.
+
+    The group holds, for every partition, where every task reading it has got to. Other
+    stories run jobs of the same name on other topics of the broker.
+    """
+    from spark_elastic import KafkaInput
+
+    ends = {(topic, p): o for p, o in KafkaInput(bootstrap, (topic,)).end_offsets(topic).items()}
+    wait_until(
+        "the job's consumer group at the end of every partition",
+        lambda: (
+            {
+                k: offset
+                for k, (offset, _) in kafka_jvm.describe_group(bootstrap, "clicks").items()
+                if k[0] == topic
+            }
+            == ends
+        ),
+        timeout=60,
+    )
+    return ends

@@ -36,6 +36,17 @@ def warm_ups(harness: InProcess) -> list[str]:
     return [w.container_id for w in harness.supervisor.model.warmups]
 
 
+def until_handing_over(harness: InProcess) -> None:
+    """The change's warm-ups start and are ready; time passes until it hands over (or 10 s)."""
+    sup = harness.supervisor
+    sup.launch_pending()
+    harness.register_all()
+    for _ in range(10):
+        harness.step(1)
+        if sup.change is not None and sup.change.phase == "handing over":
+            break
+
+
 def events(harness: InProcess, kind: str) -> list[str]:
     return [e.detail for e in harness.supervisor.store.events(500) if e.kind == kind]
 
@@ -209,12 +220,7 @@ def test_a_move_past_its_point_of_no_return_cannot_be_cancelled(in_process: InPr
     running(in_process, stateful=True, catch_up_s=5)
     sup = in_process.supervisor
     sup.scale(1)
-    sup.launch_pending()
-    in_process.register_all()
-    for _ in range(10):
-        in_process.step(1)
-        if sup.change is not None and sup.change.phase == "handing over":
-            break
+    until_handing_over(in_process)
     assert sup.change is not None
     assert sup.change.phase == "handing over"
     with pytest.raises(ChangeRefusedError, match="can no longer be rolled back"):
@@ -470,12 +476,7 @@ def test_a_growth_during_a_move_past_its_point_of_no_return_starts_once_the_move
     running(in_process, stateful=True, catch_up_s=5)
     sup = in_process.supervisor
     sup.scale(1)
-    sup.launch_pending()
-    in_process.register_all()
-    for _ in range(10):
-        in_process.step(1)
-        if sup.change is not None and sup.change.phase == "handing over":
-            break
+    until_handing_over(in_process)
     assert sup.change is not None
     assert sup.change.phase == "handing over"
     assert grown(in_process) == "waits"

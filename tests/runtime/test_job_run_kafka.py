@@ -52,6 +52,7 @@ from kafka_clicks import (
     TOPIC,
     all_published,
     change_factor,
+    group_at_end,
     grow,
     produce,
     published_rows,
@@ -61,7 +62,7 @@ from kafka_clicks import (
 from pyspark.sql import SparkSession
 from standins import alive
 
-from spark_elastic import KafkaInput, with_virtual_tasks
+from spark_elastic import with_virtual_tasks
 from spark_elastic.runtime.growth import grown_plan
 
 pytestmark = pytest.mark.slow
@@ -141,21 +142,7 @@ def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_brok
     # Kafka's own tools show the job's lag: its consumer group (named for the job) holds,
     # for every partition, where every task reading it has got to: the end, by now. (The
     # autoscaler's story runs a job of the same name on another topic of this broker.)
-    ends = {
-        (TOPIC, p): o for p, o in KafkaInput(kafka.bootstrap, (TOPIC,)).end_offsets(TOPIC).items()
-    }
-    wait_until(
-        "the job's consumer group at the end of every partition",
-        lambda: (
-            {
-                k: offset
-                for k, (offset, _) in kafka_jvm.describe_group(kafka.bootstrap, "clicks").items()
-                if k[0] == TOPIC
-            }
-            == ends
-        ),
-        timeout=60,
-    )
+    group_at_end(kafka.bootstrap, TOPIC)
 
     expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, records.total), planned=4)
     assert len(expected) == records.total

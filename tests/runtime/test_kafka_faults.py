@@ -23,11 +23,9 @@ from pathlib import Path
 
 import kafka_jvm
 import pytest
-from jobs import RunningJob, key_ordered_counts, wait_until
-from kafka_clicks import published_rows, records_on, start_on_kafka
+from jobs import RunningJob, key_ordered_counts
+from kafka_clicks import group_at_end, published_rows, records_on, start_on_kafka
 from kafka_faults import CHANGES, COMBINATIONS, FAULTS, Fault, FaultRun, Shape, plan_faults
-
-from spark_elastic import KafkaInput
 
 SHORT, LONG = 2, 5
 """Steps of ``make test``'s schedule and of the longer ones."""
@@ -110,21 +108,7 @@ def run_seed(
     expected = key_ordered_counts(records_on(kafka.bootstrap, topic, records.total), planned=4)
     assert len(expected) == records.total
     assert published_rows(kafka.bootstrap, out) == expected, f"fault seed {seed}"
-    input_ = KafkaInput(kafka.bootstrap, (topic,))
-    ends = {(topic, p): o for p, o in input_.end_offsets(topic).items()}
-    assert len(ends) == (8 if run.shape.grown else 4)
-    wait_until(
-        "the job's consumer group at the end of every partition",
-        lambda: (
-            {
-                k: offset
-                for k, (offset, _) in kafka_jvm.describe_group(kafka.bootstrap, "clicks").items()
-                if k[0] == topic
-            }
-            == ends
-        ),
-        timeout=60,
-    )
+    assert len(group_at_end(kafka.bootstrap, topic)) == (8 if run.shape.grown else 4)
     run.coordinator_alive()
 
 
