@@ -12,6 +12,7 @@ driver.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -310,8 +311,8 @@ class KafkaInput:
         ModuleNotFoundError
             confluent-kafka is not installed (``pip install 'spark-elastic[kafka]'``).
         """
-        admin = self._admin("metadata")
-        return {topic: len(info.partitions) for topic, info in self._describe(admin).items()}
+        with self._kept("metadata") as admin:
+            return {topic: len(info.partitions) for topic, info in self._describe(admin).items()}
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's end offset (the next offset to be written), asked of the brokers.
@@ -341,29 +342,29 @@ class KafkaInput:
         # its latest() untyped.
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-        admin = self._admin("metadata")
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            count = len(self._describe(admin, (topic,))[topic].partitions)
-            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-            futures = admin.client.list_offsets(
-                {TopicPartition(topic, p): latest for p in range(count)},
-                request_timeout=self.timeout_s,
-            )
-            try:
-                ends = {
-                    tp.partition: self._result(admin, future, topic, retry=True).offset
-                    for tp, future in futures.items()
-                }
-            except _LeaderMovingError as moving:
-                # Right after growth (or a leader election) the metadata lists a partition
-                # its leader does not serve yet: on a KRaft broker, for about 0.1 s in
-                # about one growth in three. Asked again, it answers.
-                if time.monotonic() + _LEADER_RETRY_S >= deadline:
-                    raise self._unreachable(admin, moving.reason) from None
-                time.sleep(_LEADER_RETRY_S)
-                continue
-            return dict(sorted(ends.items()))
+        with self._kept("metadata") as admin:
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                count = len(self._describe(admin, (topic,))[topic].partitions)
+                latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                futures = admin.client.list_offsets(
+                    {TopicPartition(topic, p): latest for p in range(count)},
+                    request_timeout=self.timeout_s,
+                )
+                try:
+                    ends = {
+                        tp.partition: self._result(admin, future, topic, retry=True).offset
+                        for tp, future in futures.items()
+                    }
+                except _LeaderMovingError as moving:
+                    # Right after growth (or a leader election) the metadata lists a partition
+                    # its leader does not serve yet: on a KRaft broker, for about 0.1 s in
+                    # about one growth in three. Asked again, it answers.
+                    if time.monotonic() + _LEADER_RETRY_S >= deadline:
+                        raise self._unreachable(admin, moving.reason) from None
+                    time.sleep(_LEADER_RETRY_S)
+                    continue
+                return dict(sorted(ends.items()))
 
     def commit_group_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
         """Commit ``{topic: {partition: next offset}}`` as consumer group ``group``'s offsets.
@@ -394,45 +395,46 @@ class KafkaInput:
             for topic, by_partition in offsets.items()
             for partition, offset in sorted(by_partition.items())
         ]
-        admin = self._admin("group")
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            (future,) = admin.client.alter_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=self.timeout_s
-            ).values()
-            try:
-                answer = future.result(timeout=self.timeout_s + 5)
-            except Exception as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else exc
-                refused = [(f"consumer group {group!r}", error)]
-            else:
-                refused = [
-                    (f"{tp.topic}/{tp.partition}", tp.error)
-                    for tp in answer.topic_partitions
-                    if tp.error is not None
-                ]
-            if not refused:
-                return
-            where, error = refused[0]
-            # The group's coordinator may be loading (the offsets topic's first use) or
-            # moving: those errors say to ask again.
-            retriable = all(
-                isinstance(e, KafkaError) and (e.retriable() or e.code() in _COORDINATOR_MOVING)
-                for _, e in refused
-            )
-            if admin.refusal() is not None:
-                raise self._unreachable(admin, "")
-            if not retriable or time.monotonic() + _LEADER_RETRY_S >= deadline:
-                reason = (
-                    error.str()
-                    if isinstance(error, KafkaError)
-                    else str(error) or type(error).__name__
+        with self._kept("group") as admin:
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                (future,) = admin.client.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group, partitions)],
+                    request_timeout=self.timeout_s,
+                ).values()
+                try:
+                    answer = future.result(timeout=self.timeout_s + 5)
+                except Exception as exc:
+                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else exc
+                    refused = [(f"consumer group {group!r}", error)]
+                else:
+                    refused = [
+                        (f"{tp.topic}/{tp.partition}", tp.error)
+                        for tp in answer.topic_partitions
+                        if tp.error is not None
+                    ]
+                if not refused:
+                    return
+                where, error = refused[0]
+                # The group's coordinator may be loading (the offsets topic's first use) or
+                # moving: those errors say to ask again.
+                retriable = all(
+                    isinstance(e, KafkaError) and (e.retriable() or e.code() in _COORDINATOR_MOVING)
+                    for _, e in refused
                 )
-                raise InputError(
-                    f"KafkaInput: consumer group {group!r} refused the offsets of {where} "
-                    f"on {self.bootstrap_servers}: {reason}"
-                )
-            time.sleep(_LEADER_RETRY_S)
+                if admin.refusal() is not None:
+                    raise self._unreachable(admin, "")
+                if not retriable or time.monotonic() + _LEADER_RETRY_S >= deadline:
+                    reason = (
+                        error.str()
+                        if isinstance(error, KafkaError)
+                        else str(error) or type(error).__name__
+                    )
+                    raise InputError(
+                        f"KafkaInput: consumer group {group!r} refused the offsets of {where} "
+                        f"on {self.bootstrap_servers}: {reason}"
+                    )
+                time.sleep(_LEADER_RETRY_S)
 
     def __getstate__(self) -> dict[str, Any]:
         return {name: value for name, value in self.__dict__.items() if name != "_clients"}
@@ -440,6 +442,21 @@ class KafkaInput:
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         for name, value in {**state, "_clients": {}}.items():
             object.__setattr__(self, name, value)
+
+    @contextlib.contextmanager
+    def _kept(self, purpose: str) -> Iterator[_Admin]:
+        """The admin client kept for ``purpose``, dropped if the call through it fails: after
+        a broker restart a kept client timed out every group commit of the coordinator
+        though the broker answered again, where a new one committed at once (the seeded
+        fault test, seed 0). One client per purpose while it works, one per failure after."""
+        admin = self._admin(purpose)
+        try:
+            yield admin
+        except BaseException:
+            with _CLIENTS_LOCK:
+                if self._clients.get(purpose) is admin:
+                    del self._clients[purpose]
+            raise
 
     def _admin(self, purpose: str) -> _Admin:
         """The admin client kept for ``purpose`` (``metadata``, ``group``), made on first use.

@@ -231,6 +231,40 @@ def test_a_stateful_job_on_kafka_survives_a_coordinator_restart_a_kill_a_split_a
     assert {ways.get(c) for c in warmed} == {"replay"}, ways
 
 
+AWAY, AWAY_OUT = "clicks-away", "click-counts-away"  # the long outage's topics
+AWAY_S = 75  # how long the broker stays away once the coordinator says so
+
+
+# Long (`make test-all`): `make test` restarts the broker at once (the story above) and in a
+# row during a scale (test_kafka_outage.py); the fault test's schedules keep it away 0-15 s.
+@pytest.mark.long
+def test_a_stateful_job_rides_out_a_broker_away_75_s_under_a_backlog_without_a_failover(
+    kafka: kafka_jvm.KafkaBroker,
+    start_job: Callable[..., RunningJob],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job, records, running = start_on_kafka(kafka, start_job, monkeypatch, AWAY, AWAY_OUT)
+    # A backlog, so that batches are being published when the broker dies: before the sink
+    # rode out an outage, each container failed in it 30 s later, and its successor at start.
+    records.produce(20_000)
+    kafka.kill()
+    try:
+        wait_until(
+            f"the broker away {AWAY_S} s by the coordinator's count",
+            lambda: (job.status()["input"]["failingForS"] or 0) >= AWAY_S,
+            timeout=AWAY_S + 120,
+        )
+        assert job.running_containers() == running
+    finally:
+        kafka.restart()
+    records.produce(1000)
+    wait_until("every record applied", records.applied(AWAY_OUT), APPLY_DEADLINE_S)
+    assert job.running_containers() == running  # the same containers: none failed over
+    assert job.status()["counters"].get("failovers", 0) == 0
+    expected = key_ordered_counts(records_on(kafka.bootstrap, AWAY, records.total), planned=4)
+    assert published_rows(kafka.bootstrap, AWAY_OUT) == expected
+
+
 TAGGED = "tagged-clicks"  # the stateless job's topic on the session's broker
 
 

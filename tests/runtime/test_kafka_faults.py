@@ -29,8 +29,12 @@ from kafka_faults import CHANGES, COMBINATIONS, FAULTS, Fault, FaultRun, Shape, 
 
 SHORT, LONG = 2, 5
 """Steps of ``make test``'s schedule and of the longer ones."""
-REPLAYED: tuple[int, ...] = ()
-"""Seeds that failed once, replayed every run of ``make test-all`` (none yet)."""
+REPLAYED: tuple[int, ...] = (0,)
+"""Seeds that failed once, replayed every run of ``make test-all``. Seed 0 (a coordinator
+kill during a growth, two broker restarts in a row, a scale, a pause, two broker restarts):
+the consumer group's offsets stayed behind for good, as the coordinator's kept admin client
+timed out every group commit after a broker restart though the broker answered again
+(``KafkaInput`` now drops a client whose call failed)."""
 
 
 def seeds(default: Callable[[], list[int]]) -> list[int]:

@@ -41,7 +41,7 @@ class InputHealth:
         self._event = event
         self._now = now
         self._failing: dict[str, str] = {}
-        self._failing_since: float | None = None
+        self._since: dict[str, float] = {}  # each failing call's first failure
         self._last_answer: float | None = None
 
     @property
@@ -51,8 +51,7 @@ class InputHealth:
 
     def failed(self, call: str, detail: str) -> None:
         """``call`` failed with ``detail`` (one line): said once per call and cause."""
-        if not self._failing:
-            self._failing_since = self._now()
+        self._since.setdefault(call, self._now())
         if self._failing.get(call) != detail:
             self._event(call, detail)
         self._failing[call] = detail
@@ -62,15 +61,18 @@ class InputHealth:
         self._last_answer = self._now()
         if self._failing.pop(call, None) is None:
             return
-        since = self._failing_since if self._failing_since is not None else self._last_answer
+        since = self._since.pop(call)
         back = (
             "the input answers again"
             if call == CHECK
             else "the consumer group takes the job's progress again"
         )
         self._event(call, f"{back} ({self._last_answer - since:.0f} s after its first failure)")
-        if not self._failing:
-            self._failing_since = None
+
+    @property
+    def _failing_since(self) -> float | None:
+        """When the oldest failure under way began (wall-clock seconds), or None."""
+        return min(self._since.values(), default=None)
 
     def status(self, client: Any = None) -> dict[str, Any]:
         """What ``/status.json`` shows of the input.
