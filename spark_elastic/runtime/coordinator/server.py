@@ -290,6 +290,7 @@ class _Metrics:
             "Times the input's client process was started again after it died or hung",
             registry=r,
         )
+        self._restarts_counted = 0  # of the status's clientRestarts, added to the counter
         self.model_version = Gauge(
             "spark_elastic_job_model_version", "The current job model version", registry=r
         )
@@ -308,7 +309,6 @@ class _Metrics:
             ["container"],
             registry=r,
         )
-        self._restarts_counted = 0
         self.enforced = Gauge(
             "spark_elastic_records_enforced",
             "Records time-ordered tasks processed without waiting for their other partitions"
@@ -882,7 +882,7 @@ elasticity factor {status["elasticityFactor"]}</h1>
 {_job_line(status)}
 <p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
 margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
-{_input_line(status["input"])}
+{"" if status["partitionMonitor"]["checkEveryS"] is None else _input_line(status["input"])}
 {_monitor_line(status["partitionMonitor"])}
 {_autoscaler_line(status["autoscaler"])}
 <h2>Containers</h2>
