@@ -450,6 +450,10 @@ def test_a_growth_during_a_move_that_can_be_undone_goes_first_then_the_move_is_a
         ChangeRefusedError, match=r"a change is under way \(partitions .*: draining\)"
     ):
         sup.scale(3)
+    # A coordinator restarted now resumes the growth and still asks for the move after it.
+    sup = in_process.restart(stateful=True)
+    sup.launch_pending()
+    in_process.register_all()
     # Drained: every container hands over to a successor reading the new partitions.
     for c in sup.model.containers:
         in_process.report(c.container_id, batch=1)

@@ -296,6 +296,11 @@ class Supervisor:
         self._live: dict[str, _Live] = {}
         self.records: dict[str, ContainerRecord] = {}
         self.partitions = PartitionMonitor(self, watch, partition_check_s, shape.grouper)
+        # The change a growth rolled back, asked for again once nothing is in flight.
+        after_growth = self.store.meta(AFTER_GROWTH)
+        self._after_growth: dict[str, Any] | None = (
+            json.loads(after_growth) if after_growth else None
+        )
         # Predecessors a successor waits for, finishing their batch in flight.
         self.retiring = Retiring(terms.lease_s)
         self.moves = Mover(self, shape.stateful, catch_up_s)
@@ -830,6 +835,9 @@ class Supervisor:
             "asked again",
             "partitions",
         )
+        # Kept in the store: a coordinator restarted meanwhile asks for it too. (Killed
+        # between the roll back and this, it does not: the operator asks again.)
+        self._after_growth = dict(change.target)
         with self.store.transaction() as db:
             self.store.set_meta(db, AFTER_GROWTH, json.dumps(change.target, sort_keys=True))
         self.partitions.begin_waiting()
@@ -837,10 +845,9 @@ class Supervisor:
 
     def _ask_again_after_growth(self) -> None:
         """Ask again for the change a growth rolled back, once nothing else is in flight."""
-        text = self.store.meta(AFTER_GROWTH)
-        if not text or self.change is not None or self.partitions.waiting is not None:
+        target = self._after_growth
+        if not target or self.change is not None or self.partitions.waiting is not None:
             return
-        target = json.loads(text)
         try:
             if "containers" in target:
                 summary = self.scale(int(target["containers"]))
@@ -850,6 +857,7 @@ class Supervisor:
             return  # containers still starting, say: the next tick asks again
         except ArgumentError as exc:  # the grown job cannot take it: said, not retried
             summary = f"not taken: {exc}"
+        self._after_growth = None
         with self.store.transaction() as db:
             self.store.set_meta(db, AFTER_GROWTH, "")
             self.store.add_event(
