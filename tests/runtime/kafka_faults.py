@@ -188,6 +188,7 @@ class FaultRun:
             self.apply(fault)
             shape = self.shape = shape.after(fault)
             self.settled(shape)
+            print(f"    settled {time.time() - began:.0f} s after the step began", flush=True)
             self.records.produce(500)
             wait_until(
                 f"every record applied after step {number} ({fault})",
