@@ -63,6 +63,7 @@ __all__ = [
     "is_fresh",
     "last_batch",
     "never_committed",
+    "pinned_conf",
     "read_fences",
     "read_job",
     "read_state",
@@ -494,6 +495,18 @@ def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
     if source_batch >= 0:
         conf, offsets = _read_offset_log(offsets_dir / str(source_batch))
     return CommittedBatch(last, committed, offsets, conf)
+
+
+def pinned_conf(checkpoint: str | os.PathLike[str]) -> Mapping[str, str]:
+    """The settings Spark pinned in the checkpoint's latest planned batch; empty if none.
+
+    Runs on the driver. A restarted query takes them from its last offset log
+    entry, committed or not (a failed batch 0 included), whatever its session
+    says: so this, not :attr:`CommittedBatch.conf`, is what its next start runs with.
+    """
+    offsets_dir = checkpoint_path(checkpoint) / "offsets"
+    ids = _batch_ids(offsets_dir)
+    return _read_offset_log(offsets_dir / str(ids[-1]))[0] if ids else {}
 
 
 def batch_offsets(checkpoint: str | os.PathLike[str], batch_id: int) -> SourceOffsets:

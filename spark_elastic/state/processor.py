@@ -3,8 +3,12 @@
 The user writes a :class:`TaskProcessor`; :func:`with_task_state` runs it with
 ``transformWithStateInPandas`` grouped by ``routing_key``, so each call sees
 one virtual task's new records of a micro-batch, in offset order per stream
-partition, and each state partition holds exactly one virtual task (no extra
-shuffle: routing already hash-partitioned the rows by ``routing_key``).
+partition. A task's state is keyed by its routing key, not placed by its
+number: a query has as many state partitions as it can run at once (the
+tasks it owns, at most the session's default parallelism), so a micro-batch
+opens and commits that many RocksDB stores whatever the job's task count
+(no extra shuffle: the rows are hash-partitioned by ``routing_key`` into that
+many partitions, as the stateful operator needs).
 
 Beside the user's keyed state, the same StateStore (and so the same commit)
 keeps the task's *bucket checkpoints*: per (stream, partition, key bucket,
@@ -69,6 +73,7 @@ from spark_elastic.state.checkpoint_dir import (
     is_fresh,
     last_batch,
     never_committed,
+    pinned_conf,
     read_fences,
     read_job,
     seed_dir,
@@ -98,7 +103,11 @@ from spark_elastic.state.holdback import (
     release,
     unplaced,
 )
-from spark_elastic.state.query_settings import STATE_PARTITIONS_METRIC, install_start_hook
+from spark_elastic.state.query_settings import (
+    SHUFFLE_PARTITIONS_KEY,
+    STATE_PARTITIONS_METRIC,
+    install_start_hook,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -598,7 +607,6 @@ class _ElasticProcessor:
 
         (routing_key,) = key
         route = self.routes[int(routing_key)]
-        _check_state_partition(route, len(self.routes))
         frames = [frame for frame in rows if len(frame)]
         if not frames:
             return
@@ -794,28 +802,6 @@ class _ElasticProcessor:
         return pd.DataFrame(row)
 
 
-def _check_state_partition(route: _TaskRoute, task_count: int) -> None:
-    """Fail loudly if the query runs with other state partitions than one per task.
-
-    Runs on an executor, once per task per micro-batch. Routing keys land task
-    ``t`` in partition ``t`` only with ``task_count`` partitions; a query started
-    around :func:`~spark_elastic.state.query_settings.install_start_hook` would pin
-    the session's count in its checkpoint instead.
-    """
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None or context.partitionId() == route.task_id:
-        return
-    raise CheckpointError(
-        f"virtual task {route.name} (task {route.task_id} of {task_count}) runs in state "
-        f"partition {context.partitionId()}: the query was started with the session's "
-        "spark.sql.shuffle.partitions instead of one state partition per virtual task; start "
-        "it with pyspark's writeStream...start() or toTable() (spark-elastic sets the count "
-        "for the query there) on a new checkpoint"
-    )
-
-
 _FENCES_SEEN: dict[str, tuple[tuple[int, int], list[Fence]]] = {}
 """Per Python worker: each fences file's identity and entries, read once per change."""
 
@@ -890,6 +876,7 @@ def with_task_state(
     timestamp: str = "timestamp",
     max_task_idle_ms: int = 0,
     bootstrap: Sequence[str] = (),
+    state_partitions: int | None = None,
     _marks: bool = False,
 ) -> Callable[[DataFrame], DataFrame]:
     """Run ``processor`` per virtual task with keyed state and per-bucket checkpoints.
@@ -906,13 +893,13 @@ def with_task_state(
     refuses a checkpoint made for another job or factor (``rescale`` it
     instead), holds the checkpoint's owner lock while the query lives, and
     loads a ``rescale`` seed in the first micro-batch. The session is not
-    changed: the query gets one state partition per virtual task and the
+    changed: the query gets its state partition count and the
     RocksDB state store for itself when it starts (pyspark's ``start()`` and
     ``toTable()`` are wrapped for that; see
     :mod:`spark_elastic.state.query_settings`), so several stateful jobs
     and unrelated queries share a session. Metrics are observed as
     ``lastProgress["observedMetrics"]["spark_elastic"]``: ``state_partitions``
-    (the query's virtual tasks), ``task_count`` (the tasks it owns),
+    (the query's), ``task_count`` (the tasks it owns),
     ``active_tasks``, ``records_processed``, ``records_skipped``,
     ``key_bucket_ns`` (deriving each record's bucket at every checkpointed
     factor from its key hash and comparing its offset with that bucket's
@@ -972,6 +959,14 @@ def with_task_state(
         them (``_spark_elastic/bootstrap.json``); it does so again each time
         the transform is applied to start a query. Like ``max_task_idle_ms``,
         runs the query in processing-time mode.
+    state_partitions
+        How many state partitions a new checkpoint gets: each micro-batch
+        opens and commits one RocksDB store per partition, and several tasks
+        share one (each keyed by its routing key). Default: the tasks the
+        query owns, at most the session's ``defaultParallelism``, so a batch
+        costs as many stores as it can run at once, whatever the job's task
+        count. A checkpoint keeps the count it first ran with (Spark pins
+        it); asking for another one for it is refused.
     _marks
         Internal, for a running job's containers: a query that holds records
         back also returns each task step's mark (:data:`MARK_COLUMNS`), from
@@ -1022,6 +1017,14 @@ def with_task_state(
         _stream_inputs(partitions, system)  # refuse a bad argument now, not when applied
     owned = None if tasks is None else tuple(sorted(set(tasks)))
     checkpoint = checkpoint_path(checkpoint_location, "checkpoint_location")
+    if state_partitions is not None and (
+        isinstance(state_partitions, bool)
+        or not isinstance(state_partitions, int)
+        or state_partitions < 1
+    ):
+        raise ArgumentError.invalid(
+            "state_partitions", "a positive int (or None for the default)", state_partitions
+        )
 
     def transform(df: DataFrame) -> DataFrame:
         spark = df.sparkSession
@@ -1055,11 +1058,17 @@ def with_task_state(
         _check_starting_offsets(df, checkpoint)
         spec, job_plan = _claim(spark, checkpoint, spec, job_plan, explicit=plan is not None)
         routing = VirtualTaskRouting.of(job_plan)
+        store_partitions = _state_partitions(
+            spark,
+            checkpoint,
+            job_plan.task_count if owned is None else len(owned),
+            state_partitions,
+        )
         if first:
             # Before the query starts, so no batch of it reads an earlier query's "done".
             write_bootstrap(checkpoint, first, done=False)
             _BootstrapWatch.watch(spark, checkpoint, first)
-        # One state partition per task, for this query only: set while it starts (see
+        # The state partition count, for this query only: set while it starts (see
         # query_settings), never on the session, so other queries keep their own.
         install_start_hook(METRICS_NAME)
         routed = df.transform(
@@ -1069,7 +1078,8 @@ def with_task_state(
             from pyspark.sql import functions as F
 
             routed = routed.filter(F.col("virtual_task").isin(list(owned)))
-        routed = routed.repartition(routing.task_count, "routing_key")
+        # The stateful operator's own distribution, so Spark adds no second shuffle.
+        routed = routed.repartition(store_partitions, "routing_key")
         return _run(
             spark,
             processor,
@@ -1083,6 +1093,7 @@ def with_task_state(
             idle_ms,
             first,
             _marks,
+            store_partitions,
         )
 
     return transform
@@ -1203,17 +1214,31 @@ def _claim(
             "with previous= the job's earlier plan, or partitions= instead of plan="
         )
     _check_owned(continued_plan, spec.tasks)
-    batch = last_batch(checkpoint)
-    pinned = None if batch is None else batch.conf.get("spark.sql.shuffle.partitions")
-    if pinned is not None and int(pinned) != continued_plan.task_count:
-        raise CheckpointError(
-            f"checkpoint {str(checkpoint)!r} has {pinned} state partitions but the job has "
-            f"{continued_plan.task_count} virtual tasks; it was not made by spark-elastic for "
-            "this factor"
-        )
     if continued != existing:
         write_job(checkpoint, replace(continued, starting_offsets=existing.starting_offsets))
     return continued, continued_plan
+
+
+def _state_partitions(spark: SparkSession, checkpoint: Path, owned: int, asked: int | None) -> int:
+    """The query's state partition count: its checkpoint's, else ``asked``, else the default.
+
+    Runs on the driver, once per transform. The default is the tasks the
+    query owns, at most the session's default parallelism: each state
+    partition costs a RocksDB open and commit per micro-batch, and more
+    partitions than the query runs at once buy nothing.
+    """
+    pinned = pinned_conf(checkpoint).get(SHUFFLE_PARTITIONS_KEY)
+    if pinned is not None:
+        if asked is not None and asked != int(pinned):
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r} runs {pinned} state partitions (Spark pins "
+                f"them at the first start); state_partitions={asked} would need a new "
+                "checkpoint: leave it out, or rescale to a new one"
+            )
+        return int(pinned)
+    if asked is not None:
+        return asked
+    return max(1, min(owned, int(spark.sparkContext.defaultParallelism)))
 
 
 _KAFKA_LIKE = ("subscribe", "assign", "subscribepattern")
@@ -1299,6 +1324,7 @@ def _run(
     idle_ms: int = 0,
     bootstrap: tuple[str, ...] = (),
     marks: bool = False,
+    partitions: int | None = None,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -1358,7 +1384,7 @@ def _run(
     observed = result.observe(
         METRICS_NAME,
         # Read back when the query starts: the state partitions it needs (query_settings).
-        F.lit(routing.task_count).alias(STATE_PARTITIONS_METRIC),
+        F.lit(partitions or routing.task_count).alias(STATE_PARTITIONS_METRIC),
         F.max(F.lit(routing.task_count if spec.tasks is None else len(spec.tasks))).alias(
             "task_count"
         ),

@@ -4,9 +4,9 @@ Runs on the driver. A streaming query copies its session's SQL settings when
 it starts (``start()``/``toTable()``), and its checkpoint pins two of them
 at its first start: the number of state partitions
 (``spark.sql.shuffle.partitions``) and the state store provider. A
-:func:`~spark_elastic.with_task_state` query needs one state partition per
-virtual task and the RocksDB provider, whatever the session says and
-whatever else it runs.
+:func:`~spark_elastic.with_task_state` query needs its own state partition
+count (its checkpoint's, or for a new one as many as it runs at once) and
+the RocksDB provider, whatever the session says and whatever else it runs.
 
 A third setting only makes it faster: the checkpoint file manager
 (``spark.sql.streaming.checkpointFileManagerClass``). Spark's default goes
@@ -22,7 +22,7 @@ covered by what already keeps one writer per checkpoint (its owner lock,
 the coordinator's leases). A session that names a manager keeps it.
 
 So the settings travel with the query's plan: ``with_task_state`` records its
-task count as the ``state_partitions`` metric of its ``spark_elastic``
+state partition count as the ``state_partitions`` metric of its ``spark_elastic``
 observation, and :func:`install_start_hook` wraps pyspark's
 ``DataStreamWriter.start`` and ``toTable``. For a plan carrying that
 observation, the wrapper sets the two settings on the session, starts the
@@ -40,8 +40,10 @@ batch ids (see :func:`_check_file_sink`).
 
 Nothing for users to remember: every way pyspark offers to start a query
 goes through ``start`` or ``toTable``. A query started some other way (from
-the JVM, or Spark Connect) is caught by the processor itself: its first
-micro-batch fails saying so (see :func:`check_state_partition`).
+the JVM, or Spark Connect) still runs exactly: a task's state is keyed by its
+routing key, whatever partition holds it. It runs on the session's count
+(pinned in its checkpoint, kept on later starts) with one more shuffle, and
+on the session's state store provider.
 
 May import what :mod:`spark_elastic.state` may; pyspark only inside functions.
 """
@@ -79,7 +81,7 @@ _FILE_SYSTEM_MANAGERS = (
     "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
 )
 STATE_PARTITIONS_METRIC = "state_partitions"
-"""The metric of the ``spark_elastic`` observation that carries the query's task count."""
+"""The metric of the ``spark_elastic`` observation that carries the query's state partitions."""
 
 _START_LOCK = threading.RLock()
 _INSTALLED: list[bool] = []
@@ -141,7 +143,7 @@ def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
             "query",
             "at most one stateful spark-elastic job per streaming query (Spark gives a query "
             "one state partition count)",
-            f"jobs with {sorted(counts)} virtual tasks",
+            f"jobs with {sorted(counts)} state partitions",
         )
     settings = {SHUFFLE_PARTITIONS_KEY: str(counts.pop()), PROVIDER_KEY: ROCKSDB_PROVIDER}
     manager = _file_system_manager(df.sparkSession)

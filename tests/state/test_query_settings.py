@@ -43,7 +43,7 @@ def log(spark: SparkSession, tmp_path: Path) -> EmbeddedLog:
 
 @pytest.fixture
 def session_partitions(spark: SparkSession) -> Iterator[str]:
-    """The session's own shuffle partitions, 5: neither job's task count (6 and 12)."""
+    """The session's own shuffle partitions, 5: neither job's state partitions (2 and 3)."""
     before = spark.conf.get(SHUFFLE)
     spark.conf.set(SHUFFLE, "5")
     yield "5"
@@ -56,7 +56,14 @@ def produce(log: EmbeddedLog, rng: random.Random, count: int) -> None:
         producer.send_many(keys, [b"x"] * count)
 
 
-def stateful(spark: SparkSession, log: EmbeddedLog, name: str, cp: Path, factor: int) -> object:
+def stateful(
+    spark: SparkSession,
+    log: EmbeddedLog,
+    name: str,
+    cp: Path,
+    factor: int,
+    state_partitions: int | None = None,
+) -> object:
     events = (
         spark.readStream.format(LOG_SOURCE_FORMAT)
         .option("path", str(log.path))
@@ -71,6 +78,7 @@ def stateful(spark: SparkSession, log: EmbeddedLog, name: str, cp: Path, factor:
             checkpoint_location=cp,
             elasticity_factor=factor,
             partitions=log.partition_counts([TOPIC]),
+            state_partitions=state_partitions,
         )
     )
 
@@ -97,8 +105,9 @@ def test_two_stateful_jobs_with_factors_2_and_4_run_side_by_side_and_restart(
     cp_a, cp_b, cp_other = tmp_path / "cp-a", tmp_path / "cp-b", tmp_path / "cp-other"
     for run in range(2):
         # Both defined before either starts: the second must not change the first.
+        # a: 6 tasks, the default (as many as local[2] runs at once); b: 12 tasks in 3.
         a = stateful(spark, log, "a", cp_a, 2)
-        b = stateful(spark, log, "b", cp_b, 4)
+        b = stateful(spark, log, "b", cp_b, 4, state_partitions=3 if run == 0 else None)
         assert spark.conf.get(SHUFFLE) == session_partitions
         queries = [start(a, cp_a, tmp_path / "out-a"), start(b, cp_b, tmp_path / "out-b")]
         try:
@@ -111,8 +120,11 @@ def test_two_stateful_jobs_with_factors_2_and_4_run_side_by_side_and_restart(
         assert spark.conf.get(SHUFFLE) == session_partitions
         if run == 0:
             produce(log, rng, 100)
-    assert last_batch(cp_a).conf[SHUFFLE] == "6"  # type: ignore[union-attr]
-    assert last_batch(cp_b).conf[SHUFFLE] == "12"  # type: ignore[union-attr]
+    assert last_batch(cp_a).conf[SHUFFLE] == "2"  # type: ignore[union-attr]
+    assert last_batch(cp_b).conf[SHUFFLE] == "3"  # type: ignore[union-attr]
+    # A checkpoint keeps its count: asking it for another is one line, nothing written.
+    with pytest.raises(CheckpointError, match=r"runs 3 state partitions .* state_partitions=4"):
+        stateful(spark, log, "b", cp_b, 4, state_partitions=4)
 
     # An unrelated query in the same session keeps the session's count.
     records = (
@@ -212,21 +224,32 @@ def test_a_stateful_query_checkpoints_through_the_file_system_manager_unless_tol
     assert query_settings(out, "spark_elastic")[MANAGER] == manager_of(query)  # type: ignore[arg-type]
 
 
-def test_a_query_started_around_the_hook_fails_its_first_batch_saying_so(
+def test_a_query_started_around_the_hook_runs_exactly_on_the_sessions_count_and_keeps_it(
     spark: SparkSession, tmp_path: Path, log: EmbeddedLog, session_partitions: str
 ) -> None:
-    from pyspark.errors import StreamingQueryException
+    # A task's state is keyed by its routing key, not placed by partition: a query started
+    # without the hook (from the JVM, Spark Connect) pins the session's count and is exact.
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     produce(log, random.Random(4), 60)
-    out = stateful(spark, log, "d", tmp_path / "cp", 2)  # 6 tasks; the session says 5
-    writer = (
-        out.writeStream.format("parquet")  # type: ignore[attr-defined]
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-    )
+    cp = tmp_path / "cp"
+
+    def writer() -> DataStreamWriter:
+        return (
+            stateful(spark, log, "d", cp, 2)  # type: ignore[attr-defined]
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(cp))
+            .trigger(availableNow=True)
+        )
+
     unwrapped = DataStreamWriter.start.__wrapped__  # type: ignore[attr-defined]
-    query = unwrapped(writer)
-    with pytest.raises(StreamingQueryException, match="instead of one state partition per"):
-        query.awaitTermination()
+    unwrapped(writer()).awaitTermination()
+    assert last_batch(cp).conf[SHUFFLE] == session_partitions  # type: ignore[union-attr]
+    assert sum(counts(spark, cp).values()) == 60
+
+    # Started through the hook later, it keeps the checkpoint's count and goes on exactly.
+    produce(log, random.Random(5), 40)
+    writer().start().awaitTermination()
+    assert last_batch(cp).conf[SHUFFLE] == session_partitions  # type: ignore[union-attr]
+    assert sum(counts(spark, cp).values()) == 100

@@ -179,7 +179,8 @@ def _output(
     if gate is not None:  # a replaying warm-up: no further than the old owners committed
         reader = reader.option("gate", gate)
     records = reader.load().observe(READ_METRIC, F.count(F.lit(1)).alias("read"))
-    # Spark pins the state partition count in the checkpoint at the first start; one per task.
+    # A stateless job's transform sees one partition per task; a stateful query's state
+    # partitions are set for it at start (state.query_settings), whatever this says.
     spark.conf.set("spark.sql.shuffle.partitions", str(plan.task_count))
     if job.processor is not None:
         from spark_elastic.state.processor import with_task_state
