@@ -63,6 +63,7 @@ from spark_elastic.runtime.job import (
     load_job,
 )
 from spark_elastic.runtime.sinks import KafkaSink
+from spark_elastic.state.columnar import BatchProcessor, TaskBatch, TaskUpdate
 from spark_elastic.state.processor import TaskProcessor, TaskState, with_task_state
 from spark_elastic.state.rescale import RescaleResult, rescale, starting_offsets
 from spark_elastic.state.show import (
@@ -121,8 +122,11 @@ __all__ = [
     "BucketOffset",
     "CheckpointReport",
     "RescaleResult",
+    "BatchProcessor",
+    "TaskBatch",
     "TaskProcessor",
     "TaskState",
+    "TaskUpdate",
     "read_checkpoint",
     "read_keyed_state",
     "rescale",

@@ -8,8 +8,10 @@ pure steps of holding records back in time order, Kafka Streams'
 (the library's files beside Spark's in a checkpoint: ``job.json`` and the
 owner lock), :mod:`.processor`
 (``with_task_state``, :class:`~.processor.TaskProcessor` and its per-task
-state), :mod:`.query_settings` (the state partitions and state store a
-stateful query gets for itself when it starts, leaving the session alone),
+state), :mod:`.columnar` (:class:`~.columnar.BatchProcessor`: a task's records
+and their keys' state as columns, for vectorized logic), :mod:`.query_settings`
+(the state partitions and state store a stateful query gets for itself
+when it starts, leaving the session alone),
 :mod:`.show` (reading a checkpoint and its keyed state back) and :mod:`.rescale` (offline split
 and merge of a stopped query's checkpoint).
 

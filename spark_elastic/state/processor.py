@@ -313,6 +313,13 @@ class TaskState:
         self._chunk(slot)[k] = (slot, values)
         self._dirty.add(chunk_of(slot, self._layout.depth))
 
+    def _put_checked(self, key: bytes, values: tuple[Any, ...]) -> None:
+        """:meth:`put` of a value its caller checked against the fields already."""
+        slot = self._slot(key)
+        self._check_owned(key, slot)
+        self._chunk(slot)[key] = (slot, values)
+        self._dirty.add(chunk_of(slot, self._layout.depth))
+
     def _check_owned(self, key: bytes, slot: int) -> None:
         if self.elasticity_factor == 1:
             return

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -25,9 +26,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_elastic import (
     LOG_SOURCE_FORMAT,
+    BatchProcessor,
     EmbeddedLog,
+    TaskBatch,
     TaskProcessor,
     TaskState,
+    TaskUpdate,
     read_keyed_state,
     register_log_source,
     starting_offsets,
@@ -61,6 +65,44 @@ class RunningCount(TaskProcessor):
         return pd.DataFrame(out, columns=["key", "count", "offset", "partition", "task"])
 
 
+class RunningCountColumns(BatchProcessor):
+    """RunningCount, vectorized: the same rows and state, with a whole batch at once."""
+
+    state_schema = RunningCount.state_schema
+    output_schema = RunningCount.output_schema
+
+    def __init__(self, fail_marker: str | None = None) -> None:
+        self.fail_marker = fail_marker
+
+    def process_batch(self, batch: TaskBatch) -> TaskUpdate:
+        if self.fail_marker and Path(self.fail_marker).exists():
+            Path(self.fail_marker).unlink()
+            raise RuntimeError("injected failure in the middle of a micro-batch")
+        before = batch.state(default=(0, -1))
+        counts = before["count"].to_numpy()[batch.key_index] + batch.occurrence + 1
+        offsets = batch.rows["offset"].to_numpy()
+        # Each key's last record: the highest index among its rows.
+        last = np.zeros(len(batch.keys), dtype=np.int64)
+        np.maximum.at(last, batch.key_index, np.arange(len(offsets)))
+        state = pd.DataFrame(
+            {
+                "count": before["count"].to_numpy() + batch.key_counts(),
+                "last_offset": offsets[last],
+            }
+        )
+        users = np.array([k.decode() for k in batch.keys], dtype=object)
+        output = pd.DataFrame(
+            {
+                "key": users[batch.key_index],
+                "count": counts,
+                "offset": offsets,
+                "partition": batch.rows["partition"].to_numpy(),
+                "task": batch.name,
+            }
+        )
+        return TaskUpdate(state=state, output=output)
+
+
 @dataclass
 class Job:
     """A stateful job on the embedded log, run step by step."""
@@ -72,6 +114,8 @@ class Job:
     """Shuffle the input round-robin first, so only the library's sort keeps offset order."""
     log: EmbeddedLog = field(init=False)
     outputs: list[Path] = field(default_factory=list)
+    processor: type[TaskProcessor] = RunningCount
+    """The running count's class: per key (``RunningCount``) or vectorized."""
 
     def __post_init__(self) -> None:
         self.log = EmbeddedLog(self.root / "log", fsync=False)
@@ -139,7 +183,7 @@ class Job:
             events = events.repartition(3)
         out = events.transform(
             with_task_state(
-                RunningCount(marker),
+                self.processor(marker),  # type: ignore[call-arg]
                 job="running-count",
                 checkpoint_location=checkpoint,
                 elasticity_factor=factor,
