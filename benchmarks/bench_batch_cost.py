@@ -1,0 +1,182 @@
+"""A container's micro-batch cost against the job's task count: flat, or one store per task.
+
+Run: ``.venv/bin/python benchmarks/bench_batch_cost.py`` (``--factors 1,4,16,64``,
+``--batches 6``, ``--runs 2``, ``--records 2000``, ``--master local[2]``). Nothing
+else should run beside it.
+
+A container owns some of a job's virtual tasks. Before, its stateful query had
+one state partition per task of the job, owned or not, and each micro-batch
+opened and committed the RocksDB store of every one: the factor, the
+project's central knob, was a cost per batch. Now a query has as many state
+partitions as it runs at once (its tasks, at most the default parallelism), each
+holding several tasks keyed by their routing keys.
+
+Here one query owns 4 tasks (key bucket 0 of each of 4 topic partitions of the
+embedded log) of a job at each factor of ``--factors``, reading every
+partition, ``--records`` records a micro-batch, into the noop sink, in one
+SparkSession on ``--master``. Variants, alternating within a round:
+
+- ``one store per task``: ``state_partitions`` = the job's task count, as before;
+- ``per key``: the default state partitions, the per-key ``TaskProcessor``
+  (``task.get``/``task.put`` per record);
+- ``vectorized``: the default state partitions, a ``BatchProcessor``.
+
+For each, after two warm-up batches, ``--batches`` batches: the median batch
+time (Spark's ``triggerExecution``), the machine's CPU-seconds per batch
+(``/proc/stat``) and the processes and threads started per batch (the kernel's
+last PID). Medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from bench_checkpoint_files import last_pid, machine_cpu_s
+from bench_stateful import TOPIC, counter_processor, events
+
+TOPIC_PARTITIONS = 4
+VARIANTS = ("one store per task", "per key", "vectorized")
+
+
+def vectorized_processor() -> Any:
+    """The same running count as ``counter_processor``, a batch at a time."""
+    from spark_elastic import BatchProcessor, TaskBatch, TaskUpdate
+
+    class VectorCounter(BatchProcessor):
+        state_schema = "count long"
+        output_schema = "key binary, count long"
+
+        def process_batch(self, batch: TaskBatch) -> TaskUpdate:
+            before = batch.state(default=(0,))["count"].to_numpy()
+            return TaskUpdate(
+                state=pd.DataFrame({"count": before + batch.key_counts()}),
+                output=pd.DataFrame(
+                    {
+                        "key": batch.rows["key"],
+                        "count": before[batch.key_index] + batch.occurrence + 1,
+                    }
+                ),
+            )
+
+    return VectorCounter()
+
+
+def owned_tasks(factor: int) -> list[str]:
+    """Key bucket 0 of each topic partition: 4 tasks of the job at ``factor``."""
+    from spark_elastic.model.groupers import plan_job
+    from spark_elastic.model.names import TaskName
+    from spark_elastic.model.plan import Grouper, StreamInput
+
+    plan = plan_job((StreamInput("kafka", TOPIC, TOPIC_PARTITIONS),), Grouper.PARTITION, factor)
+    return [n for n in plan.task_names() if TaskName.parse(n).key_bucket == 0]
+
+
+def one(
+    spark: Any, work: Path, variant: str, factor: int, batches: int, records: int
+) -> dict[str, float]:
+    """One query from a fresh checkpoint: per-batch figures after two warm-up batches."""
+    from spark_elastic import EmbeddedLog, with_task_state
+
+    root = Path(tempfile.mkdtemp(dir=work))
+    log = EmbeddedLog(root / "log", fsync=False)
+    log.create_topic(TOPIC, TOPIC_PARTITIONS)
+    processor = vectorized_processor() if variant == "vectorized" else counter_processor()
+    out = events(spark, log.path, root / "cp", records).transform(
+        with_task_state(
+            processor,
+            job="bench",
+            checkpoint_location=root / "cp",
+            elasticity_factor=factor,
+            partitions={TOPIC: TOPIC_PARTITIONS},
+            tasks=owned_tasks(factor),
+            state_partitions=TOPIC_PARTITIONS * factor if variant == VARIANTS[0] else None,
+        )
+    )
+    query = (
+        out.writeStream.format("noop")
+        .option("checkpointLocation", str(root / "cp"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    times, produced, rng = [], 0, np.random.default_rng(1)
+    try:
+        for batch in range(2 + batches):
+            if batch == 2:
+                cpu, pid = machine_cpu_s(), last_pid()
+            with log.producer(TOPIC) as producer:
+                keys = [f"user-{k}".encode() for k in rng.integers(0, 1000, records)]
+                producer.send_many(keys, [b"v"] * records)
+            produced += records
+            query.processAllAvailable()
+            if batch >= 2:
+                times.append(query.lastProgress["durationMs"]["triggerExecution"] / 1000)
+        cpu, pid = machine_cpu_s() - cpu, last_pid() - pid
+        partitions = query.lastProgress["observedMetrics"]["spark_elastic"]["state_partitions"]
+    finally:
+        query.stop()
+    return {
+        "batch_s": statistics.median(times),
+        "cpu_s": cpu / batches,
+        "started": pid / batches,
+        "partitions": float(partitions),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--factors", default="1,4,16,64", help="job factors, e.g. 1,4,16,64")
+    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--records", type=int, default=2_000, help="records a micro-batch")
+    parser.add_argument("--master", default="local[2]", help="the session's master")
+    args = parser.parse_args()
+    try:
+        factors = [int(p) for p in args.factors.split(",")]
+    except ValueError:
+        parser.error(f"--factors: expected powers of two such as 1,4,16, found {args.factors!r}")
+    if any(f < 1 or f & (f - 1) for f in factors):
+        parser.error(f"--factors: expected powers of two such as 1,4,16, found {args.factors!r}")
+
+    from spark_elastic import register_log_source
+    from spark_elastic.dataplane.session import local_session
+
+    spark = local_session("bench-batch-cost", conf={"spark.master": args.master})
+    spark.sparkContext.setLogLevel("ERROR")
+    register_log_source(spark)
+    results: dict[tuple[int, str], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-batch-cost-") as tmp:
+        for run in range(args.runs):
+            for factor in factors:
+                order = VARIANTS[run % 3 :] + VARIANTS[: run % 3]
+                for variant in order:
+                    figures = one(spark, Path(tmp), variant, factor, args.batches, args.records)
+                    results.setdefault((factor, variant), []).append(figures)
+                    print(f"run {run + 1}, factor {factor}, {variant}: {figures}", file=sys.stderr)
+    spark.stop()
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"master {args.master}, load average after: {' '.join(load)}")
+    print(
+        f"| job's tasks (factor) | variant | state partitions | batch of {args.records:,} "
+        "records (median) | CPU-seconds per batch | processes and threads started per batch |"
+    )
+    print("|---:|---|---:|---:|---:|---:|")
+    for (factor, variant), runs in sorted(results.items()):
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(
+            f"| {TOPIC_PARTITIONS * factor} ({factor}) | {variant} | {med['partitions']:.0f} "
+            f"| {med['batch_s']:.2f} s | {med['cpu_s']:.2f} | {med['started']:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    main()
+    print(f"({time.perf_counter() - started:.0f} s in all)", file=sys.stderr)
