@@ -577,14 +577,16 @@ class _ElasticProcessor:
 
     def init(self, handle: Any) -> None:
         _freeze_worker_heap()
-        self.state = handle.getMapState(USER_STATE, CHUNK_KEY_SCHEMA, CHUNK_VALUE_SCHEMA)
-        self.layout = handle.getValueState(LAYOUT_STATE, LAYOUT_SCHEMA)
+        self.state = handle.getMapState(
+            USER_STATE, struct_of(CHUNK_KEY_SCHEMA), struct_of(CHUNK_VALUE_SCHEMA)
+        )
+        self.layout = handle.getValueState(LAYOUT_STATE, struct_of(LAYOUT_SCHEMA))
         self.checkpoints = handle.getMapState(
-            CHECKPOINT_STATE, CHECKPOINT_KEY_SCHEMA, CHECKPOINT_VALUE_SCHEMA
+            CHECKPOINT_STATE, struct_of(CHECKPOINT_KEY_SCHEMA), struct_of(CHECKPOINT_VALUE_SCHEMA)
         )
         if self.holds:
             self.handle = handle
-            self.held = handle.getValueState(HELD_STATE, HELD_SCHEMA)
+            self.held = handle.getValueState(HELD_STATE, struct_of(HELD_SCHEMA))
 
     def handleInitialState(
         self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
@@ -808,6 +810,36 @@ class _ElasticProcessor:
             row[_TASK] = [None if route is None else route.task_id]
             row[_HELD_FROM] = [mark]
         return pd.DataFrame(row)
+
+
+_STRUCT_TYPES = {
+    "string": "StringType",
+    "int": "IntegerType",
+    "long": "LongType",
+    "binary": "BinaryType",
+}
+_STRUCTS: dict[str, Any] = {}
+
+
+def struct_of(ddl: str) -> Any:
+    """The ``StructType`` of one of the library's own state schemas (``"a int, b long"``).
+
+    Runs in a Python worker, at each task's ``init``; built once per process.
+    Given a DDL string, pyspark asks the JVM to parse it, a state-server round
+    trip per schema per task; a ``StructType`` goes as it is. Fields are
+    nullable, as a parsed DDL's are, so the state schema Spark stored in a
+    checkpoint is the same whichever way it came.
+    """
+    struct = _STRUCTS.get(ddl)
+    if struct is None:
+        from pyspark.sql import types as T
+
+        fields = []
+        for part in ddl.split(","):
+            name, kind = part.split()
+            fields.append(T.StructField(name, getattr(T, _STRUCT_TYPES[kind])(), True))
+        struct = _STRUCTS[ddl] = T.StructType(fields)
+    return struct
 
 
 _FROZEN: list[bool] = []

@@ -18,6 +18,7 @@ from stateful_job import RunningCount, final_state
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, register_log_source, with_task_state
 from spark_elastic.errors import CheckpointError
+from spark_elastic.state import holdback, processor
 from spark_elastic.state.checkpoint_dir import last_batch
 from spark_elastic.state.query_settings import query_settings
 
@@ -253,3 +254,24 @@ def test_a_query_started_around_the_hook_runs_exactly_on_the_sessions_count_and_
     writer().start().awaitTermination()
     assert last_batch(cp).conf[SHUFFLE] == session_partitions  # type: ignore[union-attr]
     assert sum(counts(spark, cp).values()) == 100
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        processor.CHUNK_KEY_SCHEMA,
+        processor.CHUNK_VALUE_SCHEMA,
+        processor.LAYOUT_SCHEMA,
+        processor.CHECKPOINT_KEY_SCHEMA,
+        processor.CHECKPOINT_VALUE_SCHEMA,
+        holdback.HELD_SCHEMA,
+    ],
+)
+def test_the_state_schemas_go_to_spark_as_the_structs_it_parses_from_their_ddl(
+    spark: SparkSession, ddl: str
+) -> None:
+    # A StructType saves a parse round trip per state variable and task; it must be the
+    # schema Spark stored in checkpoints made from the DDL, or those would not load.
+    from spark_elastic.state.processor import struct_of
+
+    assert struct_of(ddl) == spark.createDataFrame([], ddl).schema
