@@ -270,8 +270,8 @@ def _write(
                 f"{len(state)} rows, columns {list(getattr(state, 'columns', []))}",
             )
         columns = [_column_values(state[f.name], f) for f in fields]
-    for i in np.flatnonzero(delete):
-        task.delete(batch.keys[i])
+    for gone in np.flatnonzero(delete).tolist():
+        task.delete(batch.keys[gone])
     if columns is None:
         return
     for i, values in enumerate(zip(*columns, strict=True)):
