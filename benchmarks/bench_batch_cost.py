@@ -19,7 +19,10 @@ SparkSession on ``--master``. Variants, alternating within a round:
 - ``one store per task``: ``state_partitions`` = the job's task count, as before;
 - ``per key``: the default state partitions, the per-key ``TaskProcessor``
   (``task.get``/``task.put`` per record);
-- ``vectorized``: the default state partitions, a ``BatchProcessor``.
+- ``vectorized``: the default state partitions, a ``BatchProcessor``;
+- ``Spark groupBy count``: what Spark does alone, ``groupBy("key").count()``
+  of every record (update mode, RocksDB, 2 state partitions): the floor of a
+  stateful micro-batch here, whatever the factor.
 
 For each, after two warm-up batches, ``--batches`` batches: the median batch
 time (Spark's ``triggerExecution``), the machine's CPU-seconds per batch
@@ -43,7 +46,7 @@ from bench_checkpoint_files import last_pid, machine_cpu_s
 from bench_stateful import TOPIC, counter_processor, events
 
 TOPIC_PARTITIONS = 4
-VARIANTS = ("one store per task", "per key", "vectorized")
+VARIANTS = ("one store per task", "per key", "vectorized", "Spark groupBy count")
 
 
 def vectorized_processor() -> Any:
@@ -88,20 +91,29 @@ def one(
     root = Path(tempfile.mkdtemp(dir=work))
     log = EmbeddedLog(root / "log", fsync=False)
     log.create_topic(TOPIC, TOPIC_PARTITIONS)
-    processor = vectorized_processor() if variant == "vectorized" else counter_processor()
-    out = events(spark, log.path, root / "cp", records).transform(
-        with_task_state(
-            processor,
-            job="bench",
-            checkpoint_location=root / "cp",
-            elasticity_factor=factor,
-            partitions={TOPIC: TOPIC_PARTITIONS},
-            tasks=owned_tasks(factor),
-            state_partitions=TOPIC_PARTITIONS * factor if variant == VARIANTS[0] else None,
+    source = events(spark, log.path, root / "cp", records)
+    if variant == VARIANTS[3]:
+        out, mode = source.groupBy("key").count(), "update"
+    else:
+        processor = vectorized_processor() if variant == "vectorized" else counter_processor()
+        out, mode = (
+            source.transform(
+                with_task_state(
+                    processor,
+                    job="bench",
+                    checkpoint_location=root / "cp",
+                    elasticity_factor=factor,
+                    partitions={TOPIC: TOPIC_PARTITIONS},
+                    tasks=owned_tasks(factor),
+                    state_partitions=TOPIC_PARTITIONS * factor if variant == VARIANTS[0] else None,
+                )
+            ),
+            "append",
         )
-    )
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # the native query's; ours set their own
     query = (
         out.writeStream.format("noop")
+        .outputMode(mode)
         .option("checkpointLocation", str(root / "cp"))
         .trigger(processingTime="0 seconds")
         .start()
@@ -118,8 +130,10 @@ def one(
             query.processAllAvailable()
             if batch >= 2:
                 times.append(query.lastProgress["durationMs"]["triggerExecution"] / 1000)
-        cpu, pid = machine_cpu_s() - cpu, last_pid() - pid
-        partitions = query.lastProgress["observedMetrics"]["spark_elastic"]["state_partitions"]
+        # PIDs wrap around at pid_max: the difference modulo it.
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+        cpu, pid = machine_cpu_s() - cpu, (last_pid() - pid) % pid_max
+        partitions = query.lastProgress["stateOperators"][0]["numShufflePartitions"]
     finally:
         query.stop()
     return {
@@ -155,7 +169,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-batch-cost-") as tmp:
         for run in range(args.runs):
             for factor in factors:
-                order = VARIANTS[run % 3 :] + VARIANTS[: run % 3]
+                order = VARIANTS[run % len(VARIANTS) :] + VARIANTS[: run % len(VARIANTS)]
                 for variant in order:
                     figures = one(spark, Path(tmp), variant, factor, args.batches, args.records)
                     results.setdefault((factor, variant), []).append(figures)
