@@ -223,8 +223,13 @@ class KafkaSink:
                 refused.append(error)
 
         producer.begin_transaction()
+        produce, topic = producer.produce, self.topic
         for key, value in records:
-            self._produce(producer, self.topic, key, value, delivered)
+            # The fast path, a call per record; a full queue takes the waiting one.
+            try:
+                produce(topic, key=key, value=value, on_delivery=delivered)
+            except BufferError:
+                self._produce(producer, topic, key, value, delivered)
         if self.guarantee == TRANSACTIONAL:
             progress = {"covers": [[*key, int(offset)] for key, offset in context.covers]}
             self._produce(

@@ -89,6 +89,24 @@ def test_a_value_column_is_the_value_as_it_is_and_a_null_one_a_tombstone(
     ]
 
 
+def test_a_batch_larger_than_the_producers_queue_waits_for_room_and_is_published_whole(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    # The records go in a tight loop; a full queue (here 50 messages) takes the waiting path.
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-queue": 2})
+    rows = [(f"user-{i}", i) for i in range(1_000)]
+    batch = spark.createDataFrame(rows, "user string, clicks long")
+    sink = KafkaSink(
+        kafka.bootstrap,
+        "sink-queue",
+        key="user",
+        kafka_options={"queue.buffering.max.messages": "50"},
+    )
+    sink.write(batch, context(0))
+    seen = read_back(kafka.bootstrap, "sink-queue", len(rows))
+    assert sorted(json.loads(v)["clicks"] for _, v, _ in seen if v) == list(range(1_000))
+
+
 def test_a_batch_whose_fence_closes_publishes_nothing_and_the_next_one_publishes(
     spark: SparkSession, kafka: kafka_jvm.KafkaBroker
 ) -> None:
