@@ -43,35 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from bench_checkpoint_files import last_pid, machine_cpu_s
-from bench_stateful import TOPIC, counter_processor, events
+from bench_stateful import TOPIC, counter_processor, events, vectorized_processor
 
 TOPIC_PARTITIONS = 4
 VARIANTS = ("one store per task", "per key", "vectorized", "Spark groupBy count")
-
-
-def vectorized_processor() -> Any:
-    """The same running count as ``counter_processor``, a batch at a time."""
-    from spark_elastic import BatchProcessor, TaskBatch, TaskUpdate
-
-    class VectorCounter(BatchProcessor):
-        state_schema = "count long"
-        output_schema = "key binary, count long"
-
-        def process_batch(self, batch: TaskBatch) -> TaskUpdate:
-            before = batch.state(default=(0,))["count"].to_numpy()
-            return TaskUpdate(
-                state=pd.DataFrame({"count": before + batch.key_counts()}),
-                output=pd.DataFrame(
-                    {
-                        "key": batch.rows["key"],
-                        "count": before[batch.key_index] + batch.occurrence + 1,
-                    }
-                ),
-            )
-
-    return VectorCounter()
 
 
 def step_seconds(query: Any, after: int) -> tuple[float, int, int]:

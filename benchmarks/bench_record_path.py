@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_batch_cost import TOPIC_PARTITIONS, step_seconds, vectorized_processor
+from bench_batch_cost import TOPIC_PARTITIONS, step_seconds
 from bench_checkpoint_files import machine_cpu_s
-from bench_stateful import TOPIC, counter_processor, events
+from bench_stateful import TOPIC, counter_processor, events, vectorized_processor
 
 VARIANTS = ("read", "+ route", "+ state, per key", "+ state, vectorized", "+ collect")
 
