@@ -282,15 +282,20 @@ def _write(
 def _column_values(column: Any, field: StateField) -> list[Any]:
     """A state column as Python values its field can store, or one line saying why not."""
     dtype = column.dtype
-    kind = getattr(dtype, "kind", "O")
+    # Only numpy's own dtypes take the fast path: a nullable extension column (Int64,
+    # boolean) holds pd.NA, which is no value the state can store; it is read as None.
+    kind = dtype.kind if isinstance(dtype, np.dtype) else "O"
     fast = (
         (field.kind == "int" and kind in "iu")
         or (field.kind == "float" and kind in "iuf")
         or (field.kind == "bool" and kind == "b")
     )
-    values: list[Any] = column.tolist()
-    if fast and not (field.kind == "int" and _out_of_range(column, field)):
-        return values
+    if fast:
+        values: list[Any] = column.tolist()
+        if not (field.kind == "int" and _out_of_range(column, field)):
+            return values
+    else:
+        values = column.astype(object).where(column.notna(), None).tolist()
     if field.kind == "other":
         return values
     for value in values:

@@ -105,6 +105,20 @@ def test_a_record_without_a_key_is_refused_unless_the_processor_takes_them() -> 
         Sum().process(task(FakeStore()), rows([b"a", None]))
 
 
+def test_a_nullable_column_stores_its_missing_values_as_nulls() -> None:
+    store = FakeStore()
+    t = task(store)
+
+    class Nullable(Sum):
+        def process_batch(self, batch: TaskBatch) -> TaskUpdate:
+            totals = pd.array([7, None], dtype="Int64")
+            return TaskUpdate(state=pd.DataFrame({"total": totals, "label": ["x", None]}))
+
+    Nullable().process(t, rows([b"a", b"b"]))
+    t.flush()
+    assert store.keyed() == {b"a": (7, "x"), b"b": (None, None)}
+
+
 def test_deleted_keys_are_forgotten() -> None:
     store = FakeStore()
     t = task(store)
