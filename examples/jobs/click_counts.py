@@ -5,7 +5,9 @@ each virtual task's keyed state, and writes ``(user, count, partition,
 offset)`` for every click to Parquet. Paths come from ``CLICKS_ROOT``
 (default ``/tmp/spark-elastic-clicks``), the most records a micro-batch reads
 from ``CLICKS_BATCH`` (default 2000), the elasticity factor from
-``CLICKS_FACTOR`` (default 4). With ``CLICKS_KAFKA`` set to a broker's
+``CLICKS_FACTOR`` (default 4), the trigger interval from ``CLICKS_TRIGGER``
+(default ``1 second``; ``0 seconds`` starts each batch as soon as the last
+ends, as a catch-up wants). With ``CLICKS_KAFKA`` set to a broker's
 ``host:port`` it reads the topic ``CLICKS_TOPIC`` (default ``clicks``)
 there instead, through Spark's Kafka source held at a gate (``KafkaInput``'s
 default reader, ``gated``: containers need Spark's Kafka connector and the
@@ -90,6 +92,7 @@ job = Job(
         else LogInput(f"{ROOT}/log", ("clicks",), max_records_per_batch=BATCH)
     ),
     elasticity_factor=int(os.environ.get("CLICKS_FACTOR", "4")),
+    trigger_interval=os.environ.get("CLICKS_TRIGGER", "1 second"),
     checkpoint_root=f"{ROOT}/checkpoints",
     sink=(
         KafkaSink(KAFKA, OUT_TOPIC, key="user")
