@@ -63,6 +63,36 @@ def step_seconds(query: Any, after: int) -> tuple[float, int, int]:
     return sum(p["durationMs"]["triggerExecution"] for p in ran) / 1000, len(ran), last
 
 
+def timed_steps(query: Any, log: Any, records: int, batches: int) -> dict[str, float]:
+    """Append ``records`` records and process them, ``2 + batches`` times; the last ones timed.
+
+    Returns the median seconds a step's records took (:func:`step_seconds`), the
+    machine's CPU-seconds and the processes and threads started per timed step, and
+    how many timed steps took a second batch.
+    """
+    times, rng, seen, split = [], np.random.default_rng(1), -1, 0
+    for step in range(2 + batches):
+        if step == 2:
+            cpu, pid = machine_cpu_s(), last_pid()
+        with log.producer(TOPIC) as producer:
+            keys = [f"user-{k}".encode() for k in rng.integers(0, 1000, records)]
+            producer.send_many(keys, [b"v"] * records)
+        query.processAllAvailable()
+        seconds, count, seen = step_seconds(query, seen)
+        if step >= 2:
+            times.append(seconds)
+            split += count - 1
+    # PIDs wrap around at pid_max: the difference modulo it.
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    cpu, pid = machine_cpu_s() - cpu, (last_pid() - pid) % pid_max
+    return {
+        "batch_s": statistics.median(times),
+        "cpu_s": cpu / batches,
+        "started": pid / batches,
+        "split": float(split),
+    }
+
+
 def owned_tasks(factor: int) -> list[str]:
     """Key bucket 0 of each topic partition: 4 tasks of the job at ``factor``."""
     from spark_elastic.model.groupers import plan_job
@@ -109,33 +139,12 @@ def one(
         .trigger(processingTime="0 seconds")
         .start()
     )
-    times, produced, rng, seen, split = [], 0, np.random.default_rng(1), -1, 0
     try:
-        for batch in range(2 + batches):
-            if batch == 2:
-                cpu, pid = machine_cpu_s(), last_pid()
-            with log.producer(TOPIC) as producer:
-                keys = [f"user-{k}".encode() for k in rng.integers(0, 1000, records)]
-                producer.send_many(keys, [b"v"] * records)
-            produced += records
-            query.processAllAvailable()
-            seconds, count, seen = step_seconds(query, seen)
-            if batch >= 2:
-                times.append(seconds)
-                split += count - 1
-        # PIDs wrap around at pid_max: the difference modulo it.
-        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
-        cpu, pid = machine_cpu_s() - cpu, (last_pid() - pid) % pid_max
+        figures = timed_steps(query, log, records, batches)
         partitions = query.lastProgress["stateOperators"][0]["numShufflePartitions"]
     finally:
         query.stop()
-    return {
-        "batch_s": statistics.median(times),
-        "cpu_s": cpu / batches,
-        "started": pid / batches,
-        "partitions": float(partitions),
-        "split": float(split),
-    }
+    return {**figures, "partitions": float(partitions)}
 
 
 def main() -> None:

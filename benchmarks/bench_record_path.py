@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_batch_cost import TOPIC_PARTITIONS, step_seconds
-from bench_checkpoint_files import machine_cpu_s
+from bench_batch_cost import TOPIC_PARTITIONS, timed_steps
 from bench_stateful import TOPIC, counter_processor, events, vectorized_processor
 
 VARIANTS = ("read", "+ route", "+ state, per key", "+ state, vectorized", "+ collect")
@@ -89,22 +88,11 @@ def one(
     else:
         writer = writer.format("noop")
     query = writer.trigger(processingTime="0 seconds").start()
-    times, rng, seen = [], np.random.default_rng(1), -1
     try:
-        for batch in range(2 + batches):
-            if batch == 2:
-                cpu = machine_cpu_s()
-            with log.producer(TOPIC) as producer:
-                keys = [f"user-{k}".encode() for k in rng.integers(0, 1000, records)]
-                producer.send_many(keys, [b"v"] * records)
-            query.processAllAvailable()
-            seconds, _, seen = step_seconds(query, seen)
-            if batch >= 2:
-                times.append(seconds)
-        cpu = machine_cpu_s() - cpu
+        figures = timed_steps(query, log, records, batches)
     finally:
         query.stop()
-    return {"batch_s": statistics.median(times), "cpu_s": cpu / batches}
+    return {"batch_s": figures["batch_s"], "cpu_s": figures["cpu_s"]}
 
 
 def line(points: list[tuple[int, float]]) -> tuple[float, float]:

@@ -1413,6 +1413,8 @@ def _run(
         for task_id, (key, name) in enumerate(
             zip(routing.routing_keys, plan.task_names(), strict=True)
         )
+        # Pickled to every task of every batch: the query's own tasks, not the job's.
+        if spec.tasks is None or name in spec.tasks
     }
     stateful = _ElasticProcessor(
         processor,
