@@ -96,6 +96,18 @@ class RunningJob:
         model: dict[str, Any] = get_json(f"{self.url}/jobModel")
         return model
 
+    def settled_model(self) -> dict[str, Any] | None:
+        """The job model once no change is in flight, else None: a condition to wait on.
+
+        A move publishes its job model (the new owners listed, no warm-ups) before the old
+        owners have stopped at a batch boundary; the coordinator refuses another change
+        until then, so a story that changes the job again waits for this, not the model.
+        """
+        if self.status()["change"] is not None:
+            return None
+        model = self.job_model()
+        return model if model["warmups"] == [] and model["stopping"] == [] else None
+
     def running_containers(self) -> dict[str, int]:
         """``{container id: pid}`` of containers registered and running."""
         return {

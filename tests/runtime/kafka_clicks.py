@@ -112,7 +112,7 @@ def change_factor(job: RunningJob, factor: int, meanwhile: Callable[[], None]) -
     meanwhile()
     after = wait_until(
         f"factor {factor}",
-        lambda: (m := job.job_model())["warmups"] == [] and m["elasticityFactor"] == factor and m,
+        lambda: (m := job.settled_model()) and m["elasticityFactor"] == factor and m,
         timeout=CHANGE_DEADLINE_S,
     )
     assert sorted(t for c in after["containers"] for t in c["tasks"]) == sorted(

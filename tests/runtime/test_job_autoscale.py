@@ -155,11 +155,11 @@ def actions_taken(job: RunningJob) -> dict[str, float]:
 
 
 def settled(job: RunningJob, containers: int) -> Callable[[], dict[str, Any] | None]:
-    """A condition: the job model has ``containers`` containers and no warm-up."""
+    """A condition: no change in flight and the job model has ``containers`` containers."""
 
     def check() -> dict[str, Any] | None:
-        model = job.job_model()
-        return model if model["warmups"] == [] and len(model["containers"]) == containers else None
+        model = job.settled_model()
+        return model if model and len(model["containers"]) == containers else None
 
     return check
 

@@ -175,9 +175,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         total += 1000
         after = wait_until(
             f"{containers} containers at factor {factor}",
-            lambda n=containers: (
-                (m := again.job_model())["warmups"] == [] and len(m["containers"]) == n and m
-            ),
+            lambda n=containers: (m := again.settled_model()) and len(m["containers"]) == n and m,
             timeout=CHANGE_DEADLINE_S,
         )
         assert after["elasticityFactor"] == factor

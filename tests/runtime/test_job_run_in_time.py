@@ -142,7 +142,7 @@ def test_a_job_holding_records_back_in_time_order_fails_over_and_moves_each_clic
     records += enrichment.produce(log, rng, 150, 331)
     wait_until(
         "three containers, the move done",
-        lambda: (m := job.job_model())["warmups"] == [] and len(m["containers"]) == 3,
+        lambda: (m := job.settled_model()) and len(m["containers"]) == 3,
         CHANGE_DEADLINE_S,
     )
     records += enrichment.produce(log, rng, 150, 481)

@@ -123,7 +123,7 @@ def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_brok
     records.produce(1000)
     after = wait_until(
         "3 containers",
-        lambda: (m := job.job_model())["warmups"] == [] and len(m["containers"]) == 3 and m,
+        lambda: (m := job.settled_model()) and len(m["containers"]) == 3 and m,
         timeout=CHANGE_DEADLINE_S,
     )
     warmed = {c["containerId"] for c in after["containers"]} - before
@@ -338,7 +338,7 @@ def test_a_stateless_job_on_kafka_publishes_each_record_once_through_failover_sc
         total += 1000
         wait_until(
             f"{option} {value}",
-            lambda s=settled: (m := job.job_model())["warmups"] == [] and s(m),
+            lambda s=settled: (m := job.settled_model()) and s(m),
             timeout=CHANGE_DEADLINE_S,
         )
         job.status()  # records the new containers' pids for cleanup

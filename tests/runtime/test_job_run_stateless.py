@@ -296,9 +296,7 @@ def test_each_record_published_once_through_scale_growth_failover_restart_split_
         produced += 1000
         model = wait_until(
             f"factor {factor}",
-            lambda f=factor: (
-                (m := again.job_model())["warmups"] == [] and m["elasticityFactor"] == f and m
-            ),
+            lambda f=factor: (m := again.settled_model()) and m["elasticityFactor"] == f and m,
             timeout=CHANGE_DEADLINE_S,
         )
         assert sorted(t for c in model["containers"] for t in c["tasks"]) == sorted(
