@@ -131,7 +131,7 @@ def main() -> int:
     from spark_elastic.dataplane.session import local_session
     from spark_elastic.log.gate import write_gate
     from spark_elastic.log.kafka_source import KAFKA_SOURCE_FORMAT, register_kafka_source
-    from spark_elastic.runtime.job import GATED_KAFKA_FORMAT
+    from spark_elastic.runtime.inputs import GATED_KAFKA_FORMAT
 
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-kafka-")))

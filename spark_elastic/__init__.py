@@ -53,16 +53,9 @@ from spark_elastic.model.plan import (
     load_plan_json,
     save_plan_json,
 )
-from spark_elastic.runtime.job import (
-    BatchContext,
-    Job,
-    KafkaInput,
-    LogInput,
-    ParquetSink,
-    Sink,
-    load_job,
-)
-from spark_elastic.runtime.sinks import KafkaSink
+from spark_elastic.runtime.inputs import KafkaInput, LogInput
+from spark_elastic.runtime.job import Job, load_job
+from spark_elastic.runtime.sinks import BatchContext, KafkaSink, ParquetSink, Sink
 from spark_elastic.state.columnar import BatchProcessor, TaskBatch, TaskUpdate
 from spark_elastic.state.processor import TaskProcessor, TaskState, with_task_state
 from spark_elastic.state.rescale import RescaleResult, rescale, starting_offsets

@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
 # Inside runtime: the coordinator and the container are two packages that talk over HTTP only.
 # Each may import the shared modules, never the other; the shared ones import neither.
 RUNTIME_SIDES = {"coordinator", "container"}
-RUNTIME_SHARED = {"protocol", "lease", "job", "sinks", "keys", "growth"}
+RUNTIME_SHARED = {"protocol", "lease", "job", "inputs", "sinks", "keys", "growth"}
 # What a coordinator never loads: it starts no JVM and needs no dataframes.
 HEAVY = ("pyspark", "pandas", "pyarrow", "py4j")
 

@@ -30,7 +30,8 @@ from spark_elastic.errors import ArgumentError
 if TYPE_CHECKING:
     from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
     from spark_elastic.runtime.coordinator.input_process import InputProcess
-    from spark_elastic.runtime.job import Job, JobInput
+    from spark_elastic.runtime.inputs import JobInput
+    from spark_elastic.runtime.job import Job
 
 __all__ = ["register"]
 
@@ -337,7 +338,7 @@ def _watch(job_input: JobInput) -> _InputWatch | InputProcess:
     whose aborts (a broker restarting under a group commit) would take the coordinator
     down: they run in a child process it restarts (:mod:`.coordinator.input_process`)."""
     from spark_elastic.runtime.coordinator.input_process import InputProcess
-    from spark_elastic.runtime.job import KafkaInput
+    from spark_elastic.runtime.inputs import KafkaInput
 
     return InputProcess(job_input) if isinstance(job_input, KafkaInput) else _InputWatch(job_input)
 

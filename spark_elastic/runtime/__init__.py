@@ -9,8 +9,9 @@ over the tasks the job model gives it, fenced by its lease; a warm-up
 copies its old owners' committed state first). They talk over HTTP only.
 
 Shared by both: :mod:`.job` (a job defined in Python and loaded by
-``module:attribute``), :mod:`.sinks` (sinks beyond the file system:
-Kafka), :mod:`.protocol` (the job model and the messages
+``module:attribute``), :mod:`.inputs` (what a job reads: the embedded log,
+Kafka), :mod:`.sinks` (where its output goes: Parquet files, Kafka; each
+sink's guarantee), :mod:`.protocol` (the job model and the messages
 coordinator and containers exchange, as frozen dataclasses with their
 JSON), :mod:`.lease` (the lease arithmetic both sides share), :mod:`.keys`
 (which containers hold a task's keys across elasticity factors) and

@@ -1,15 +1,17 @@
-"""Sinks beyond the file system: :class:`KafkaSink`, a job's output as records of a Kafka topic.
+"""A job's sinks: :class:`ParquetSink` (files) and :class:`KafkaSink` (a Kafka topic).
 
-Owns writing a micro-batch's rows to Kafka in one transaction that becomes
-visible only after the container's lease check (``context.fence()``), as
-:class:`~spark_elastic.runtime.job.ParquetSink`'s rename does, with a record
-of what the batch covers in the same transaction (exactly-once, as Kafka
-Streams' ``exactly_once_v2`` commits its offsets with its output).
+A sink writes each micro-batch's output and states its guarantee
+(:data:`AT_LEAST_ONCE`, :data:`IDEMPOTENT`, :data:`TRANSACTIONAL`). A
+transactional sink publishes a batch's rows with what they cover in one atomic
+step, visible only after the container's lease check (``context.fence()``), and
+reads that back (:meth:`Sink.published`), so a new owner publishes nothing twice:
+a ``ParquetSink`` by renaming its batch into place with a record of what it
+covers, a ``KafkaSink`` by a transaction holding the rows and that record.
 
-May import :mod:`spark_elastic.errors` and :mod:`spark_elastic.runtime.job`
-(the :class:`~spark_elastic.runtime.job.BatchContext` a sink is given);
-pyspark and confluent-kafka only inside functions, so a job file that names
-a ``KafkaSink`` loads neither in the coordinator.
+May import :mod:`spark_elastic.errors` and :mod:`spark_elastic.runtime.inputs`
+(the Kafka client options a ``KafkaSink`` shares with ``KafkaInput``); pyspark,
+pyarrow and confluent-kafka only inside functions, so a job file that names a sink
+loads none of them in the coordinator.
 """
 
 from __future__ import annotations
@@ -17,20 +19,25 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from spark_elastic.errors import ArgumentError, ArgumentTypeError, FencedError, SinkError
-from spark_elastic.runtime.job import (
+from spark_elastic.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    FencedError,
+    SinkError,
+)
+from spark_elastic.runtime.inputs import (
     _AUTHENTICATION_FAILED,
-    AT_LEAST_ONCE,
-    TRANSACTIONAL,
-    BatchContext,
     _bootstrap_servers,
-    _check_guarantee,
     _check_timeout,
     _client_options,
 )
@@ -40,16 +47,282 @@ if TYPE_CHECKING:
 
     from spark_elastic.state.checkpoint_dir import Fence
 
+__all__ = [
+    "AT_LEAST_ONCE",
+    "GUARANTEES",
+    "IDEMPOTENT",
+    "PROGRESS_FILE",
+    "TRANSACTIONAL",
+    "BatchContext",
+    "KafkaSink",
+    "ParquetSink",
+    "Sink",
+    "sink_guarantee",
+]
+
+AT_LEAST_ONCE = "at-least-once"
+"""A sink's guarantee: after a failover, a move or a restart, the output of the batch the
+old owner was publishing may be published again by its successor (the default)."""
+IDEMPOTENT = "idempotent"
+"""A sink's guarantee: writing a batch's rows again replaces them (an upsert by key, a
+file named by its content), so a replay publishes nothing new; the container does nothing
+more for it than for an at-least-once sink."""
+TRANSACTIONAL = "transactional"
+"""A sink's guarantee: it publishes each batch's rows together with what they cover
+(:attr:`BatchContext.covers`) in one atomic step, and :meth:`Sink.published` reads that
+back. A new owner then publishes nothing for records already covered: output is
+exactly-once (:class:`ParquetSink`, :class:`~spark_elastic.runtime.sinks.KafkaSink`)."""
+GUARANTEES = (AT_LEAST_ONCE, IDEMPOTENT, TRANSACTIONAL)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a sink knows of the micro-batch it writes.
+
+    Attributes
+    ----------
+    batch_id
+        The micro-batch id within this container generation's checkpoint.
+    container_id
+        The writing container.
+    generation
+        Its checkpoint generation.
+    fence
+        Call it right before making output visible (a rename, a transaction
+        commit): it raises :class:`~spark_elastic.errors.FencedError` unless
+        the container's lease still allows a write, so a container paused
+        mid-write never publishes after its lease expired.
+    covers
+        What the output covers once this batch is published:
+        ``((stream, partition, key_bucket, factor), next_offset)`` for every
+        key bucket of the container's tasks, meaning that every record of
+        that bucket below ``next_offset`` has its output published (by this
+        batch or before it). A :data:`TRANSACTIONAL` sink stores it with the
+        rows, in the same atomic step, and returns the highest from
+        :meth:`Sink.published`. Empty for other sinks.
+    job
+        The job's name.
+    tasks
+        The container's tasks (a transactional Kafka producer's id is made of
+        them, so a successor with the same tasks fences a zombie in the broker).
+    """
+
+    batch_id: int
+    container_id: str
+    generation: int
+    fence: Callable[[], None]
+    covers: tuple[Fence, ...] = ()
+    job: str = ""
+    tasks: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where a job's output goes: called once per micro-batch, on the container's driver.
+
+    The container checks its lease before it calls :meth:`write`, from inside
+    ``foreachBatch``; a sink that can publish atomically should also call
+    ``context.fence()`` right before it does (see :class:`ParquetSink`).
+
+    A sink says what it guarantees in a ``guarantee`` attribute, one of
+    :data:`GUARANTEES` (:data:`AT_LEAST_ONCE` when it has none; :class:`Job`
+    refuses anything else). A :data:`TRANSACTIONAL` sink also has
+    ``published(job, tasks)``: before a new owner's first batch the
+    container calls it and publishes nothing for the records it says are
+    covered, so each record's output is published once, through failovers,
+    moves, growth, factor changes and restarts. It returns
+    ``((stream, partition, key_bucket, factor), next_offset)`` entries, the
+    highest :attr:`BatchContext.covers` it published per key bucket, for
+    the job named ``job``; ``tasks`` are the new owner's (a sink may fence
+    their earlier writers first, as a Kafka transactional producer does).
+    """
+
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
+        """Write one micro-batch's output.
+
+        Parameters
+        ----------
+        batch
+            The batch's output rows (a static DataFrame).
+        context
+            Batch id, writer, and the fence to call before publishing.
+        """
+
+
+def _check_guarantee(name: str, value: object, choices: Sequence[str]) -> None:
+    """One of the guarantees a sink can give, or one line naming them."""
+    if value not in choices:
+        raise ArgumentError.invalid(name, "a guarantee this sink gives", value, list(choices))
+
+
+def sink_guarantee(sink: object, name: str = "Job.sink") -> str:
+    """What ``sink`` declares it guarantees, checked: one of :data:`GUARANTEES`.
+
+    Parameters
+    ----------
+    sink
+        A :class:`Sink`.
+    name
+        The argument named in an error.
+
+    Returns
+    -------
+    str
+        Its ``guarantee`` (:data:`AT_LEAST_ONCE` when it declares none).
+
+    Raises
+    ------
+    ArgumentError
+        An unknown guarantee, or a :data:`TRANSACTIONAL` sink without a
+        callable ``published``.
+    """
+    guarantee = getattr(sink, "guarantee", AT_LEAST_ONCE)
+    if guarantee not in GUARANTEES:
+        raise ArgumentError.invalid(
+            f"{name}.guarantee", "a sink guarantee", guarantee, list(GUARANTEES)
+        )
+    if guarantee == TRANSACTIONAL and not callable(getattr(sink, "published", None)):
+        raise ArgumentError.invalid(
+            f"{name}.published",
+            "a method returning what the sink published (a transactional sink has one)",
+            getattr(sink, "published", None),
+        )
+    return str(guarantee)
+
+
+PROGRESS_FILE = "_spark_elastic_progress.json"
+"""In each batch directory of a :class:`ParquetSink`: what its rows cover. Spark and
+pyarrow skip names starting with ``_`` when they read the directory as a table."""
+
+
+@dataclass(frozen=True)
+class ParquetSink:
+    """Each micro-batch as Parquet under ``path/container=ID/generation=G/batch=B``.
+
+    Two phases: Spark writes the batch to a staging directory under
+    ``path/_staging``, then, after ``context.fence()`` passes, one rename
+    publishes it. A container paused mid-write (``SIGSTOP``, a long GC) past
+    its lease finds the fence closed when it resumes and publishes nothing.
+    Exactly-once (:data:`TRANSACTIONAL`): the staging directory also holds
+    :data:`PROGRESS_FILE`, what the batch's rows cover (:attr:`BatchContext.covers`),
+    so the rename publishes rows and progress together. A new owner reads
+    :meth:`published` before its first batch and publishes nothing for the
+    records it covers: a batch the old owner published but never committed
+    is applied to state again (a replay) without its output appearing twice.
+    ``spark.read.parquet(path)`` or pandas then give each record's output
+    once, with ``container``, ``generation`` and ``batch`` columns saying
+    who wrote it (``_staging`` and the progress files are hidden from them).
+
+    What it assumes: a container publishes within its lease's write budget
+    of the fence check (a rename takes microseconds; the budget is seconds).
+    A process frozen between the two for longer than the coordinator's
+    margin could publish after its successor read :meth:`published`.
+
+    Cost: one small JSON file per batch, and :meth:`published` lists every
+    batch directory (reading one file per container generation) once per
+    new owner. Delete old generations' directories only together with the
+    checkpoints that led up to them (nothing reads them otherwise).
+
+    Attributes
+    ----------
+    path
+        The output directory, on a local file system every container sees.
+    guarantee
+        :data:`TRANSACTIONAL` (default), or :data:`AT_LEAST_ONCE`: no
+        progress file, and a successor may publish a batch again.
+    """
+
+    path: str
+    guarantee: str = TRANSACTIONAL
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str | os.PathLike):
+            raise ArgumentTypeError.wrong_type("ParquetSink.path", "a directory path", self.path)
+        object.__setattr__(self, "path", os.fspath(self.path))
+        _check_guarantee("ParquetSink.guarantee", self.guarantee, (TRANSACTIONAL, AT_LEAST_ONCE))
+
+    def write(self, batch: DataFrame, context: BatchContext) -> None:
+        """Write one micro-batch (container driver, once per batch).
+
+        Parameters
+        ----------
+        batch
+            The batch's output rows.
+        context
+            Batch id, writer, and the fence checked before the publishing rename.
+        """
+        name = f"container={context.container_id}/generation={context.generation}"
+        target = Path(self.path) / name / f"batch={context.batch_id}"
+        staging = Path(self.path) / "_staging" / f"{context.container_id}-{uuid.uuid4().hex}"
+        batch.write.parquet(str(staging))
+        if self.guarantee == TRANSACTIONAL:
+            covers = [[*key, int(offset)] for key, offset in context.covers]
+            (staging / PROGRESS_FILE).write_text(json.dumps({"covers": covers}), encoding="utf-8")
+        context.fence()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            # A retry of this generation's batch: the old copy goes first (same rows or fewer).
+            shutil.rmtree(target)
+        os.rename(staging, target)
+
+    def published(self, job: str = "", tasks: Sequence[str] = ()) -> list[Fence]:
+        """Per key bucket, the offset below which every record's output is published.
+
+        Runs on a new owner's driver, once, before its first batch (the old
+        owners can no longer publish). A container generation's batches
+        cover its tasks cumulatively, so its last published batch says all;
+        batches written before the sink recorded progress say nothing.
+
+        Parameters
+        ----------
+        job, tasks
+            The job and the new owner's tasks (unused: the directory is the job's).
+
+        Returns
+        -------
+        list
+            ``((stream, partition, key_bucket, factor), next_offset)``, the
+            highest per key bucket, sorted.
+        """
+        best: dict[tuple[str, int, int, int], int] = {}
+        for generation in Path(self.path).glob("container=*/generation=*"):
+            for stream, partition, bucket, factor, offset in _newest_covers(generation):
+                key = (str(stream), int(partition), int(bucket), int(factor))
+                best[key] = max(int(offset), best.get(key, int(offset)))
+        return sorted(best.items())
+
+
+def _newest_covers(generation: Path) -> list[list[Any]]:
+    """The covers of a generation directory's newest batch that has them (none: empty)."""
+    numbered = []
+    for batch in generation.glob("batch=*"):
+        number = batch.name.partition("=")[2]
+        if number.isdigit():
+            numbered.append((int(number), batch))
+    for _, batch in sorted(numbered, reverse=True):
+        try:
+            document = json.loads((batch / PROGRESS_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue  # being replaced by a retry of its batch, or written by an older version
+        except (OSError, ValueError) as exc:
+            path = batch / PROGRESS_FILE
+            raise SinkError(f"{path}: cannot read what its batch covers ({exc})") from None
+        covers: list[list[Any]] = document["covers"]
+        return covers
+    return []
+
+
 PROGRESS_SUFFIX = ".spark-elastic-progress"
 """A :class:`KafkaSink`'s progress topic is its output topic's name with this suffix."""
 
 TRANSACTION_TIMEOUT_MS = 60_000
-# Delivery failures that say no broker answered in time (librdkafka's _MSG_TIMED_OUT,
-# _TIMED_OUT, _TRANSPORT, _ALL_BROKERS_DOWN), not that one refused the records.
-_UNDELIVERED = frozenset({-192, -185, -195, -187})
 """The producers' ``transaction.timeout.ms`` (librdkafka's default, stated): a container
 killed mid-transaction under a transactional id no successor takes holds back
 ``read_committed`` readers of its partitions until the broker aborts it, this long."""
+
+# Delivery failures that say no broker answered in time (librdkafka's _MSG_TIMED_OUT,
+# _TIMED_OUT, _TRANSPORT, _ALL_BROKERS_DOWN), not that one refused the records.
+_UNDELIVERED = frozenset({-192, -185, -195, -187})
 
 # One transactional producer per (servers, transactional id) in a container's driver: a
 # producer's init_transactions is a round trip to the transaction coordinator, once.
@@ -68,10 +341,10 @@ class KafkaSink:
     renames nothing. Records are keyed by :attr:`key` and partitioned as
     Kafka's Java producer does (murmur2).
 
-    Exactly-once (:data:`~spark_elastic.runtime.job.TRANSACTIONAL`, the
+    Exactly-once (:data:`TRANSACTIONAL`, the
     default): the transaction also holds one record of the progress topic
     (:attr:`progress_topic`, compacted, made when missing) saying what the
-    batch covers (:attr:`~spark_elastic.runtime.job.BatchContext.covers`),
+    batch covers (:attr:`BatchContext.covers`),
     keyed by job, container and generation. A new owner reads it back
     (:meth:`published`, ``read_committed``) before its first batch and
     publishes nothing for the records it covers. The transactional id is
@@ -79,7 +352,7 @@ class KafkaSink:
     zombie's tasks (a failover) fences it in the broker too: its
     ``init_transactions`` aborts the zombie's open transaction, and the
     zombie's commit fails. With
-    :data:`~spark_elastic.runtime.job.AT_LEAST_ONCE` there is no progress
+    :data:`AT_LEAST_ONCE` there is no progress
     record, each container has its own transactional id, and a batch the old
     owner committed to Kafka but not to Spark may be published again.
 
@@ -111,8 +384,8 @@ class KafkaSink:
         it. A broker fencing the producer (a successor took its tasks) or
         refusing the records is never tried again.
     guarantee
-        :data:`~spark_elastic.runtime.job.TRANSACTIONAL` (default) or
-        :data:`~spark_elastic.runtime.job.AT_LEAST_ONCE`.
+        :data:`TRANSACTIONAL` (default) or
+        :data:`AT_LEAST_ONCE`.
     progress_topic
         Where the progress records go (default: the topic's name and
         :data:`PROGRESS_SUFFIX`); several jobs may share it.

@@ -327,7 +327,7 @@ def test_a_session_without_the_gated_readers_jars_is_refused_in_one_line_naming_
 ) -> None:
     from spark_elastic import KafkaInput
     from spark_elastic.errors import InputError
-    from spark_elastic.runtime import job as job_module
+    from spark_elastic.runtime import inputs as job_module
 
     needs_gated_jar(session)
     source = KafkaInput(kafka.bootstrap, "t")

@@ -38,15 +38,15 @@ from spark_elastic.runtime.container.checkpoint import _fence_published, _prepar
 from spark_elastic.runtime.container.generations import last_committed_batch
 from spark_elastic.runtime.container.query import _start_query, covers
 from spark_elastic.runtime.growth import grown_plan
-from spark_elastic.runtime.job import (
+from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
+from spark_elastic.runtime.protocol import ContainerModel
+from spark_elastic.runtime.sinks import (
     AT_LEAST_ONCE,
     PROGRESS_FILE,
     TRANSACTIONAL,
     BatchContext,
     sink_guarantee,
 )
-from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
-from spark_elastic.runtime.protocol import ContainerModel
 from spark_elastic.state.checkpoint_dir import batch_offsets
 
 pytestmark = pytest.mark.slow

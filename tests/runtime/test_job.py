@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from spark_elastic.errors import ArgumentError, ArgumentTypeError, JobDefinitionError
-from spark_elastic.runtime.job import Job, KafkaInput, LogInput, ParquetSink, load_job
+from spark_elastic.runtime.inputs import KafkaInput, LogInput
+from spark_elastic.runtime.job import Job, load_job
+from spark_elastic.runtime.sinks import ParquetSink
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "jobs" / "click_counts.py"
@@ -45,7 +47,7 @@ def test_a_job_loads_by_module_and_attribute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "my_jobs.py").write_text(
-        "from spark_elastic.runtime.job import Job, LogInput, ParquetSink\n"
+        "from spark_elastic import Job, LogInput, ParquetSink\n"
         "counts = Job(name='c', input=LogInput('/l', ('t',)), elasticity_factor=2,\n"
         "             checkpoint_root='/cp', sink=ParquetSink('/o'), transform=lambda df: df)\n"
     )

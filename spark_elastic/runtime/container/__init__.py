@@ -14,6 +14,7 @@ and exit codes).
 
 May import: the shared runtime modules (:mod:`spark_elastic.runtime.protocol`,
 :mod:`~spark_elastic.runtime.lease`, :mod:`~spark_elastic.runtime.job`,
+:mod:`~spark_elastic.runtime.inputs`, :mod:`~spark_elastic.runtime.sinks`,
 :mod:`~spark_elastic.runtime.keys`, :mod:`~spark_elastic.runtime.growth`),
 :mod:`spark_elastic.state`, :mod:`spark_elastic.log`,
 :mod:`spark_elastic.dataplane`, :mod:`spark_elastic.model`,

@@ -24,8 +24,9 @@ from spark_elastic.runtime.container.console import _log
 from spark_elastic.runtime.container.follow import highest, take_snapshot
 from spark_elastic.runtime.container.generations import fork_committed
 from spark_elastic.runtime.container.query import needed_partitions
-from spark_elastic.runtime.job import TRANSACTIONAL, Job, sink_guarantee
+from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.protocol import ContainerModel
+from spark_elastic.runtime.sinks import TRANSACTIONAL, sink_guarantee
 from spark_elastic.state.checkpoint_dir import Fence, fences_path, read_fences, write_fences
 
 if TYPE_CHECKING:

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.errors import InputError, ProtocolError
 from spark_elastic.runtime.container.console import EXIT_FENCED, _log
 from spark_elastic.runtime.container.settings import ContainerSettings
-from spark_elastic.runtime.job import TRANSACTIONAL, BatchContext, Job, sink_guarantee
+from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.lease import RESTART_TOLERANCE_S, ContainerLease
 from spark_elastic.runtime.protocol import ContainerModel, ProgressReport, TaskProgress
+from spark_elastic.runtime.sinks import TRANSACTIONAL, BatchContext, sink_guarantee
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -167,7 +168,7 @@ def _output(
     """The container's streaming output over its tasks (driver, once per query).
 
     ``quiet``: a stateless job's records whose output an earlier owner
-    published (a transactional sink's :meth:`~spark_elastic.runtime.job.Sink.published`);
+    published (a transactional sink's :meth:`~spark_elastic.runtime.sinks.Sink.published`);
     they are counted as processed and given to no transform.
     """
     from pyspark.sql import functions as F

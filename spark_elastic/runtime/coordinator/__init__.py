@@ -24,6 +24,7 @@ the store, its state, the processing rates it judges, its actions).
 
 May import: the shared runtime modules (:mod:`spark_elastic.runtime.protocol`,
 :mod:`~spark_elastic.runtime.lease`, :mod:`~spark_elastic.runtime.job`,
+:mod:`~spark_elastic.runtime.inputs`, :mod:`~spark_elastic.runtime.sinks`,
 :mod:`~spark_elastic.runtime.keys`, :mod:`~spark_elastic.runtime.growth`),
 :mod:`spark_elastic.model`, :mod:`spark_elastic.assignment`,
 :mod:`spark_elastic.state` (checkpoint files only), :mod:`spark_elastic.errors`,

@@ -19,7 +19,7 @@ stderr is the coordinator's, so what librdkafka prints as it aborts lands in
 the coordinator's log.
 
 May import: :mod:`spark_elastic.errors` and the standard library; the input
-itself is unpickled in the child (:mod:`spark_elastic.runtime.job`).
+itself is unpickled in the child (:mod:`spark_elastic.runtime.inputs`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class InputProcess:
     Parameters
     ----------
     job_input
-        The job's input (:class:`~spark_elastic.runtime.job.KafkaInput`).
+        The job's input (:class:`~spark_elastic.runtime.inputs.KafkaInput`).
     call_s
         Each call's deadline, in seconds; by default the input's own
         ``timeout_s`` once per topic and once more, plus 10 s (its own
