@@ -69,16 +69,22 @@ cds: $(STAMP) java
 	PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python tests/cds.py
 
 # Jars from Maven Central, fetched once into .cache/jars (see maven/*/pom.xml): an Apache
-# Kafka broker (kafka/) and Spark's Kafka connector without what pyspark ships (spark-kafka/).
+# Kafka broker (kafka/), Spark's Kafka connector without what pyspark ships (spark-kafka/),
+# a MiniDFSCluster (hdfs/), an S3 server (s3proxy/) and Hadoop's S3A client (s3a/).
 JARS       := .cache/jars
 JARS_STAMP := $(JARS)/.fetched
+# What pyspark's jars/ already holds, left out of the S3A client's jars.
+PYSPARK_HAS := io.netty,org.slf4j,commons-codec,commons-logging,org.apache.httpcomponents
 
-$(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml
+$(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml maven/hdfs/pom.xml maven/s3proxy/pom.xml maven/s3a/pom.xml
 	@command -v java >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' needs Java 17 and 'java' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' fetches jars from Maven Central with Maven and 'mvn' was not found on PATH; install it (e.g. 'apt-get install maven') and retry" >&2; exit 1; }
-	rm -rf $(JARS)/kafka $(JARS)/spark-kafka
+	rm -rf $(JARS)/kafka $(JARS)/spark-kafka $(JARS)/hdfs $(JARS)/s3proxy $(JARS)/s3a
 	mvn -q -B -f maven/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/kafka)
 	mvn -q -B -f maven/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/spark-kafka)
+	mvn -q -B -f maven/hdfs/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/hdfs)
+	mvn -q -B -f maven/s3proxy/pom.xml dependency:copy -DoutputDirectory=$(abspath $(JARS)/s3proxy)
+	mvn -q -B -f maven/s3a/pom.xml dependency:copy-dependencies -DexcludeGroupIds=$(PYSPARK_HAS) -DoutputDirectory=$(abspath $(JARS)/s3a)
 	@touch $@
 
 # spark-elastic's own jar, beside the connector's: the `gated-kafka` source (java/), Spark's

@@ -155,8 +155,13 @@ def spark() -> Iterator[SparkSession]:
 
     conf = {"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
     # Spark's Kafka connector and the project's gated-kafka source, when `make jars` has
-    # fetched and built them: the source specs read through both in this one session.
-    jars = sorted(str(p) for p in (Path(__file__).parent / ".cache/jars/spark-kafka").glob("*.jar"))
+    # fetched and built them: the source specs read through both in this one session. And
+    # Hadoop's S3A client: the storage specs reach an S3 server from this session too.
+    jars = sorted(
+        str(p)
+        for folder in ("spark-kafka", "s3a")
+        for p in (Path(__file__).parent / ".cache/jars" / folder).glob("*.jar")
+    )
     if jars:
         conf["spark.jars"] = ",".join(jars)
     session = local_session("spark-elastic-tests", conf=conf)

@@ -30,6 +30,7 @@ __all__ = [
     "ProtocolError",
     "SinkError",
     "SparkElasticError",
+    "StorageError",
     "StoreFencedError",
     "StoreOwnedError",
     "TaskNameError",
@@ -127,8 +128,15 @@ class SinkError(SparkElasticError):
     """A sink could not publish a micro-batch: its target refused the output (one line)."""
 
 
+class StorageError(SparkElasticError):
+    """A file system refuses what the library asks of it, cannot be reached, or cannot
+    create a file only if absent (what publishing relies on)."""
+
+
 class FencedError(SparkElasticError, RuntimeError):
-    """A container's lease has expired: it must not write output or commit a batch."""
+    """A container may no longer publish: its lease has expired, or a successor has
+    sealed its generation's commits in the storage (it must not write output or commit
+    a batch)."""
 
 
 class ChangeRefusedError(SparkElasticError):

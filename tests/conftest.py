@@ -32,6 +32,7 @@ from typing import Any
 
 import kafka_jvm
 import pytest
+import storage_jvm
 from jobs import RECORDS, JobStarter, RunningJob, produce
 from standins import Clock, Coordinator
 
@@ -307,3 +308,36 @@ def kafka_sasl() -> Iterator[kafka_jvm.KafkaBroker]:
     _kafka_or_skip()
     with kafka_jvm.running_kafka(users={"alice": "alice-secret"}) as broker:
         yield broker
+
+
+def _servers_or_skip() -> None:
+    """Skip (fail under CI, which has them) without Java or the storage servers' jars."""
+    try:
+        kafka_jvm.java()
+        storage_jvm.s3a_jars()
+    except (kafka_jvm.KafkaJvmError, storage_jvm.StorageJvmError) as why:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI runs the storage specs")
+        pytest.skip(str(why))
+
+
+@pytest.fixture(scope="session")
+def hdfs() -> Iterator[storage_jvm.StorageServer]:
+    """One real HDFS (a MiniDFSCluster: a NameNode and a DataNode) for the worker's session.
+
+    Its jars come from ``make jars``; stopped by PID at the end.
+    """
+    _servers_or_skip()
+    with storage_jvm.running_hdfs() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[storage_jvm.StorageServer]:
+    """One real S3 server (s3proxy over a directory, bucket ``jobs``) for the worker's session.
+
+    Its jar comes from ``make jars``; stopped by PID at the end.
+    """
+    _servers_or_skip()
+    with storage_jvm.running_s3() as server:
+        yield server

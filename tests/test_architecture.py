@@ -13,18 +13,22 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "spark_elastic"
 
+_LIBRARY = {"errors", "model", "dataplane", "log", "state", "assignment", "runtime", "storage"}
+"""Every package under the CLI and the package root, which both may import all of them."""
+
 # Which packages each package may import (besides itself). `root` is spark_elastic/__init__.py
 # and __main__.py, which re-export the public API; `udfs` is the top-level UDF package.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "model": {"errors"},
     "assignment": {"errors"},
+    "storage": {"errors"},
     "log": {"errors", "udfs"},
     "dataplane": {"errors", "model", "udfs"},
-    "state": {"errors", "model", "dataplane"},
-    "runtime": {"errors", "model", "dataplane", "log", "state", "assignment"},
-    "cli": {"errors", "model", "dataplane", "log", "state", "assignment", "runtime", "root"},
-    "root": {"errors", "model", "dataplane", "log", "state", "assignment", "runtime", "cli"},
+    "state": {"errors", "model", "dataplane", "storage"},
+    "runtime": {"errors", "model", "dataplane", "log", "state", "assignment", "storage"},
+    "cli": {*_LIBRARY, "root"},
+    "root": {*_LIBRARY, "cli"},
 }
 
 # Inside runtime: the coordinator and the container are two packages that talk over HTTP only.

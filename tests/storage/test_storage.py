@@ -1,0 +1,236 @@
+"""The file layer keeps its promises on the local disk, on HDFS and on S3.
+
+Every spec here runs three times: on the local disk, on a real HDFS (a
+MiniDFSCluster) and on a real S3 server (s3proxy), each started once for the
+session, reached from the test session's Spark through Hadoop as a job's
+driver reaches it. What publishing relies on is specified first (a create
+that only one writer wins, visible whole), then the commit logs built on it,
+and last the race a seal exists for: a zombie still committing while its
+successor seals loses, and nothing it committed is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import storage_jvm
+from pyspark.sql import SparkSession
+
+from spark_elastic.errors import FencedError, StorageError
+from spark_elastic.storage import CommitLog, LocalStorage, Storage, open_storage
+from spark_elastic.storage.hadoop import HadoopStorage
+
+pytestmark = pytest.mark.slow
+
+FILE_SYSTEMS = ("local", "hdfs", "s3")
+
+
+@dataclass(frozen=True)
+class Place:
+    """A storage and a fresh directory on it, for one spec."""
+
+    storage: Storage
+    root: str
+
+    def path(self, *names: str) -> str:
+        return self.storage.join(self.root, *names)
+
+
+def _reach(spark: SparkSession, server: storage_jvm.StorageServer) -> None:
+    """Point the session's Hadoop at ``server`` (what ``spark.hadoop.*`` does at start)."""
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    for key, value in server.hadoop.items():
+        conf.set(key, value)
+
+
+@pytest.fixture(params=FILE_SYSTEMS)
+def place(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: object) -> Iterator[Place]:
+    name = f"spec-{uuid.uuid4().hex[:12]}"
+    if request.param == "local":
+        yield Place(open_storage(str(tmp_path)), str(tmp_path))
+        return
+    server: storage_jvm.StorageServer = request.getfixturevalue(request.param)
+    _reach(spark, server)
+    root = f"{server.uri}/{name}"
+    storage = open_storage(root, spark)
+    yield Place(storage, root)
+    storage.delete(root)
+
+
+def test_local_paths_and_file_uris_need_no_jvm_and_other_schemes_go_through_hadoop(
+    spark: SparkSession, hdfs: storage_jvm.StorageServer
+) -> None:
+    assert isinstance(open_storage("/tmp/x"), LocalStorage)
+    assert isinstance(open_storage("file:///tmp/x"), LocalStorage)
+    assert isinstance(open_storage("relative/dir"), LocalStorage)
+    _reach(spark, hdfs)
+    storage = open_storage(f"{hdfs.uri}/x", spark)
+    assert isinstance(storage, HadoopStorage)
+    assert storage.scheme == "hdfs"
+
+
+def test_a_create_is_won_once_and_the_winners_content_stands(place: Place) -> None:
+    target = place.path("commits", "0", "000000000000.json")
+    assert place.storage.create(target, b"first")
+    assert not place.storage.create(target, b"second")
+    assert place.storage.read(target) == b"first"
+    # Nothing is left beside it by the loser (a staged copy, a half-written object).
+    assert place.storage.list(place.path("commits", "0")) == ["000000000000.json"]
+
+
+def test_of_writers_racing_on_one_name_exactly_one_wins_and_its_bytes_are_read_whole(
+    place: Place,
+) -> None:
+    target = place.path("race")
+    writers = 6
+    payloads = [bytes([65 + i]) * (64 * 1024) for i in range(writers)]
+    won: list[int] = []
+    barrier = threading.Barrier(writers)
+
+    def write(i: int) -> None:
+        barrier.wait()
+        if place.storage.create(target, payloads[i]):
+            won.append(i)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(won) == 1, f"winners: {won}"
+    assert place.storage.read(target) == payloads[won[0]]
+
+
+def test_put_replaces_read_list_and_delete_say_what_is_there(place: Place) -> None:
+    storage = place.storage
+    assert storage.read(place.path("absent")) is None
+    assert storage.list(place.path("no-such-dir")) == []
+    assert not storage.exists(place.path("absent"))
+    storage.put(place.path("d", "a"), b"1")
+    storage.put(place.path("d", "a"), b"22")
+    storage.put(place.path("d", "b"), b"")
+    assert storage.read(place.path("d", "a")) == b"22"
+    assert storage.read(place.path("d", "b")) == b""
+    assert storage.list(place.path("d")) == ["a", "b"]
+    storage.copy(place.path("d", "a"), place.path("e", "a"))
+    assert storage.read(place.path("e", "a")) == b"22"
+    storage.delete(place.path("d"))
+    storage.delete(place.path("d"))  # nothing there: no error
+    assert storage.list(place.path("d")) == []
+    assert not storage.exists(place.path("d"))
+
+
+def test_a_sealed_log_refuses_its_writer_and_keeps_every_commit_before_the_seal(
+    place: Place,
+) -> None:
+    log = CommitLog(place.storage, place.path("_commits"))
+    assert log.next_sequence(7) == 0
+    log.append(7, 0, {"batch": 0})
+    log.append(7, 1, {"batch": 1})
+    assert log.next_sequence(7) == 2
+    seal = log.seal(7, by="generation 8")
+    assert (seal.sequence, seal.sealed_by) == (2, "generation 8")
+    assert log.seal(7, by="generation 9") == seal  # sealing twice finds the first seal
+    with pytest.raises(FencedError, match=r"sealed by generation 8 at 2"):
+        log.append(7, 2, {"batch": 2})
+    with pytest.raises(FencedError, match=r"sealed by generation 8"):
+        log.next_sequence(7)
+    assert [c.payload for c in log.commits(7)] == [{"batch": 0}, {"batch": 1}]
+    assert log.last_commit(7) is not None
+    assert log.last_commit(7).payload == {"batch": 1}
+    assert log.generations() == [7]
+    assert log.last_commit(8) is None
+    assert log.seal(8, by="x").sequence == 0
+
+
+@pytest.mark.parametrize("seed", [random.randrange(1 << 30)])
+def test_a_zombie_committing_while_its_successor_seals_loses_and_nothing_is_lost_or_doubled(
+    place: Place, seed: int
+) -> None:
+    """The zombie commits batch after batch, 5 to 50 ms apart, far faster than any real
+    batch (no lease check stops it: each stands for a write already in flight when its
+    lease ran out); the successor
+    seals at a random moment. Every commit the zombie saw succeed is in the log the
+    successor reads, the one it saw fail is not, and that failure is the last thing it did."""
+    print(f"seed {seed}")
+    rng, pause = random.Random(seed), random.Random(seed + 1)
+    log = CommitLog(place.storage, place.path("_commits"))
+    succeeded: list[int] = []
+    refused: list[str] = []
+    started = threading.Event()
+
+    def zombie() -> None:
+        sequence = 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                log.append(3, sequence, {"batch": sequence})
+            except FencedError as exc:
+                refused.append(str(exc))
+                return
+            succeeded.append(sequence)
+            if sequence == 1:
+                started.set()
+            sequence += 1
+            time.sleep(pause.uniform(0.005, 0.05))
+
+    thread = threading.Thread(target=zombie)
+    thread.start()
+    assert started.wait(120)
+    threading.Event().wait(rng.uniform(0.0, 0.3))  # a random point of the zombie's run
+    seal = log.seal(3, by="generation 4")
+    thread.join(300)
+    assert not thread.is_alive()
+    assert refused, f"the zombie committed {len(succeeded)} batches and was never refused"
+    assert "sealed by generation 4" in refused[0]
+    assert succeeded == list(range(seal.sequence))
+    assert [c.payload["batch"] for c in log.commits(3)] == succeeded
+
+
+def test_a_scheme_that_cannot_create_only_if_absent_is_refused_in_one_line(
+    spark: SparkSession,
+) -> None:
+    with pytest.raises(StorageError) as refused:
+        open_storage("ftp://host/jobs", spark)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("ftp://host/jobs: expected a file system that can create a file")
+    assert "found scheme ftp:" in message
+
+
+def test_s3_without_conditional_writes_is_refused_in_one_line(
+    spark: SparkSession, s3: storage_jvm.StorageServer
+) -> None:
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    bucket = storage_jvm.S3_BUCKET
+    for key, value in s3.hadoop.items():
+        conf.set(key.replace(f".bucket.{bucket}.", ".bucket.plain."), value)
+    conf.set("fs.s3a.bucket.plain.create.conditional.enabled", "false")
+    with pytest.raises(StorageError) as refused:
+        open_storage("s3a://plain/jobs", spark)
+    assert str(refused.value) == (
+        "s3a://plain/jobs: expected an S3 store with conditional writes (If-None-Match), "
+        "found them off in S3A (fs.s3a.create.conditional.enabled is false); spark-elastic "
+        "cannot publish without overwriting there"
+    )
+
+
+def test_an_unreachable_namenode_is_one_line_naming_it(spark: SparkSession) -> None:
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    conf.set("ipc.client.connect.max.retries", "0")  # the default retries for 10 s
+    port = storage_jvm.free_port()
+    try:
+        with pytest.raises(StorageError) as refused:
+            open_storage(f"hdfs://127.0.0.1:{port}/jobs", spark)
+    finally:
+        conf.unset("ipc.client.connect.max.retries")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"hdfs://127.0.0.1:{port}/jobs: cannot reach the file system (")
+    assert "Connection refused" in message
