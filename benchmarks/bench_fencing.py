@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 from spark_elastic import EmbeddedLog
+from spark_elastic.runtime.sinks import COMMITS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = f"{ROOT / 'examples' / 'jobs' / 'click_tasks.py'}:job"
@@ -47,10 +48,8 @@ def wait_until(what: str, condition: object, timeout: float = 180.0) -> object:
 
 
 def last_publish(out: Path) -> float:
-    """Wall time of the newest published batch (its directory appears by one rename)."""
-    stamps = [
-        p.parent.stat().st_ctime for p in out.glob("container=*/generation=*/batch=*/_SUCCESS")
-    ]
+    """Wall time of the newest published batch (its commit object appears in one step)."""
+    stamps = [p.stat().st_ctime for p in out.glob(f"{COMMITS_DIR}/*/*.json")]
     return max(stamps, default=0.0)
 
 

@@ -59,6 +59,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from spark_elastic import EmbeddedLog
+from spark_elastic.runtime.sinks import COMMITS_DIR, DATA_DIR
+from spark_elastic.storage import CommitLog, LocalStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # kafka_jvm: the broker the specs start (--kafka)
@@ -206,16 +208,20 @@ class RunningJob:
 
 
 def published(out: Path, container: str) -> list[float]:
-    """Times a container published batches with rows (their ``_SUCCESS`` markers), ascending.
+    """Times a container published batches with rows (their commit objects), ascending.
 
     A batch without rows (a new owner's first batch may hold only records its old
     owner published already) is not output.
     """
+    log = CommitLog(LocalStorage(), str(out / COMMITS_DIR))
     times = []
-    for marker in out.glob(f"container={container}/*/*/_SUCCESS"):
-        rows = sum(pq.read_metadata(f).num_rows for f in marker.parent.glob("*.parquet"))
-        if rows:
-            times.append(marker.stat().st_mtime)
+    for generation in log.generations():
+        for commit in log.commits(generation):
+            if commit.payload.get("container") != container or "data" not in commit.payload:
+                continue
+            files = (out / DATA_DIR / str(commit.payload["data"])).glob("*.parquet")
+            if sum(pq.read_metadata(f).num_rows for f in files):
+                times.append(Path(log.path(generation, commit.sequence)).stat().st_mtime)
     return sorted(times)
 
 
@@ -279,7 +285,7 @@ def job_gap(job: RunningJob, since: float, until: float) -> float:
     """The longest time in [since, until] in which no container published a batch."""
     times = sorted(
         t
-        for p in (job.root / "out").glob("container=*")
+        for p in (job.root / "out" / DATA_DIR).glob("container=*")
         for t in published(job.root / "out", p.name.split("=", 1)[1])
         if since <= t <= until
     )

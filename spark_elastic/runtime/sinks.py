@@ -5,11 +5,13 @@ A sink writes each micro-batch's output and states its guarantee
 transactional sink publishes a batch's rows with what they cover in one atomic
 step, visible only after the container's lease check (``context.fence()``), and
 reads that back (:meth:`Sink.published`), so a new owner publishes nothing twice:
-a ``ParquetSink`` by renaming its batch into place with a record of what it
-covers, a ``KafkaSink`` by a transaction holding the rows and that record.
+a ``ParquetSink`` by a commit object written create-if-absent after its files
+(:mod:`spark_elastic.storage`), a ``KafkaSink`` by a transaction holding the rows
+and that record.
 
-May import :mod:`spark_elastic.errors` and :mod:`spark_elastic.runtime.inputs`
-(the Kafka client options a ``KafkaSink`` shares with ``KafkaInput``); pyspark,
+May import :mod:`spark_elastic.errors`, :mod:`spark_elastic.storage` and
+:mod:`spark_elastic.runtime.inputs` (the Kafka client options a ``KafkaSink``
+shares with ``KafkaInput``); pyspark,
 pyarrow and confluent-kafka only inside functions, so a job file that names a sink
 loads none of them in the coordinator.
 """
@@ -20,13 +22,11 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from spark_elastic.errors import (
@@ -41,9 +41,17 @@ from spark_elastic.runtime.inputs import (
     _check_timeout,
     _client_options,
 )
+from spark_elastic.storage import (
+    COMMIT_SCHEMES,
+    CommitLog,
+    Storage,
+    is_local,
+    open_storage,
+    scheme_of,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from spark_elastic.state.checkpoint_dir import Fence
 
@@ -51,7 +59,8 @@ __all__ = [
     "AT_LEAST_ONCE",
     "GUARANTEES",
     "IDEMPOTENT",
-    "PROGRESS_FILE",
+    "COMMITS_DIR",
+    "DATA_DIR",
     "TRANSACTIONAL",
     "BatchContext",
     "KafkaSink",
@@ -135,6 +144,11 @@ class Sink(Protocol):
     highest :attr:`BatchContext.covers` it published per key bucket, for
     the job named ``job``; ``tasks`` are the new owner's (a sink may fence
     their earlier writers first, as a Kafka transactional producer does).
+
+    A transactional sink that fences in its storage also has ``claim(generation,
+    container_id, keys, spark)``, which the container calls before ``published``
+    (see :meth:`ParquetSink.claim`): ``keys`` are the ``(stream, partition,
+    key_bucket, factor)`` of every key bucket the new owner's tasks read.
     """
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
@@ -190,46 +204,79 @@ def sink_guarantee(sink: object, name: str = "Job.sink") -> str:
     return str(guarantee)
 
 
-PROGRESS_FILE = "_spark_elastic_progress.json"
-"""In each batch directory of a :class:`ParquetSink`: what its rows cover. Spark and
-pyarrow skip names starting with ``_`` when they read the directory as a table."""
+COMMITS_DIR = "_commits"
+"""Under a :class:`ParquetSink`'s path: one commit log per container generation
+(:class:`~spark_elastic.storage.CommitLog`). A batch is published when its commit is."""
+DATA_DIR = "_data"
+"""Under a :class:`ParquetSink`'s path: every attempt's Parquet files, committed or not, as
+``container=ID/generation=G/batch=B/attempt-HEX``. Spark and pyarrow skip names starting
+with ``_``, so only :meth:`ParquetSink.read` (or the paths it lists) reads them."""
+
+_NEXT_COMMIT: dict[tuple[str, int], int] = {}
+"""Per container process: the sequence each (sink path, generation) commits next."""
+_NEXT_LOCK = threading.Lock()
+
+
+def _keys_meet(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
+    """Whether two lists of ``(stream, partition, key_bucket, factor)`` share a key.
+
+    Factors are powers of two (SEP-32), so bucket ``x`` at ``f`` and ``y`` at
+    ``g`` share keys exactly when they agree modulo the smaller factor.
+    """
+    index: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for stream, partition, bucket, factor in b:
+        index.setdefault((str(stream), int(partition)), []).append((int(bucket), int(factor)))
+    for stream, partition, bucket, factor in a:
+        for other, other_factor in index.get((str(stream), int(partition)), ()):
+            least = min(int(factor), other_factor)
+            if int(bucket) % least == other % least:
+                return True
+    return False
 
 
 @dataclass(frozen=True)
 class ParquetSink:
-    """Each micro-batch as Parquet under ``path/container=ID/generation=G/batch=B``.
+    """Each micro-batch as Parquet files, published by a commit object, on any file system.
 
-    Two phases: Spark writes the batch to a staging directory under
-    ``path/_staging``, then, after ``context.fence()`` passes, one rename
-    publishes it. A container paused mid-write (``SIGSTOP``, a long GC) past
-    its lease finds the fence closed when it resumes and publishes nothing.
-    Exactly-once (:data:`TRANSACTIONAL`): the staging directory also holds
-    :data:`PROGRESS_FILE`, what the batch's rows cover (:attr:`BatchContext.covers`),
-    so the rename publishes rows and progress together. A new owner reads
-    :meth:`published` before its first batch and publishes nothing for the
-    records it covers: a batch the old owner published but never committed
-    is applied to state again (a replay) without its output appearing twice.
-    ``spark.read.parquet(path)`` or pandas then give each record's output
-    once, with ``container``, ``generation`` and ``batch`` columns saying
-    who wrote it (``_staging`` and the progress files are hidden from them).
+    A batch's rows go to a directory of their own that no one writes twice
+    (``path/_data/container=ID/generation=G/batch=B/attempt-HEX``), then,
+    after ``context.fence()`` passes, one commit object written
+    create-if-absent in the generation's commit log (``path/_commits/G/``)
+    publishes them, with what they cover (:attr:`BatchContext.covers`) for an
+    exactly-once (:data:`TRANSACTIONAL`) sink. Nothing is renamed, so it works
+    as well on S3 (whose rename is a copy) as on HDFS and the local disk
+    (:mod:`spark_elastic.storage`).
 
-    What it assumes: a container publishes within its lease's write budget
-    of the fence check (a rename takes microseconds; the budget is seconds).
-    A process frozen between the two for longer than the coordinator's
-    margin could publish after its successor read :meth:`published`.
+    The storage itself fences a zombie, not only the lease: a new owner first
+    claims its keys (:meth:`claim`), sealing the commit log of every earlier
+    generation that wrote them, and only then reads :meth:`published`. A
+    commit still in flight from a container paused past its lease (a
+    ``SIGSTOP``, an S3 request retried) either landed before the seal, and is
+    read, or fails. The new owner publishes nothing for the records it covers:
+    a batch the old owner published but never committed is applied to state
+    again without its output appearing twice.
 
-    Cost: one small JSON file per batch, and :meth:`published` lists every
-    batch directory (reading one file per container generation) once per
-    new owner. Delete old generations' directories only together with the
-    checkpoints that led up to them (nothing reads them otherwise).
+    Readers trust only committed batches: :meth:`read` gives them as one
+    DataFrame (each record's output once, with ``container``, ``generation``
+    and ``batch`` columns saying who wrote it), :meth:`committed` lists their
+    directories for pandas or pyarrow. A plain ``spark.read.parquet(path)``
+    finds nothing to read: the files are under ``_data``, which Spark skips.
+
+    Cost: one small JSON object per batch; :meth:`claim` reads the first
+    entry of each earlier generation's log (one listing and one read each)
+    and seals those it shares keys with; :meth:`published` reads the newest
+    commit of each. Delete old generations' files only together with the
+    checkpoints that led up to them.
 
     Attributes
     ----------
     path
-        The output directory, on a local file system every container sees.
+        The output directory: a local path or any URI Spark's Hadoop opens
+        (``hdfs://``, ``s3a://``), with the session's ``spark.hadoop.*``
+        settings.
     guarantee
-        :data:`TRANSACTIONAL` (default), or :data:`AT_LEAST_ONCE`: no
-        progress file, and a successor may publish a batch again.
+        :data:`TRANSACTIONAL` (default), or :data:`AT_LEAST_ONCE`: commits
+        without covers, and a successor may publish a batch again.
     """
 
     path: str
@@ -240,38 +287,114 @@ class ParquetSink:
             raise ArgumentTypeError.wrong_type("ParquetSink.path", "a directory path", self.path)
         object.__setattr__(self, "path", os.fspath(self.path))
         _check_guarantee("ParquetSink.guarantee", self.guarantee, (TRANSACTIONAL, AT_LEAST_ONCE))
+        if not is_local(self.path) and scheme_of(self.path) not in COMMIT_SCHEMES:
+            raise ArgumentError.invalid(
+                "ParquetSink.path",
+                "a local path or a URI of a file system that can create a file only if "
+                f"absent ({', '.join(f'{s}:' for s in sorted(COMMIT_SCHEMES))})",
+                self.path,
+            )
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
-        """Write one micro-batch (container driver, once per batch).
+        """Write one micro-batch and commit it (container driver, once per batch).
 
         Parameters
         ----------
         batch
             The batch's output rows.
         context
-            Batch id, writer, and the fence checked before the publishing rename.
+            Batch id, writer, and the fence checked right before the commit.
+
+        Raises
+        ------
+        FencedError
+            The lease is over, or a successor sealed this generation's log:
+            nothing of the batch is published.
         """
-        name = f"container={context.container_id}/generation={context.generation}"
-        target = Path(self.path) / name / f"batch={context.batch_id}"
-        staging = Path(self.path) / "_staging" / f"{context.container_id}-{uuid.uuid4().hex}"
-        batch.write.parquet(str(staging))
+        storage = self._storage(batch.sparkSession)
+        log = CommitLog(storage, storage.join(self.path, COMMITS_DIR))
+        data = (
+            f"container={context.container_id}/generation={context.generation}/"
+            f"batch={context.batch_id}/attempt-{uuid.uuid4().hex}"
+        )
+        batch.write.parquet(storage.join(self.path, DATA_DIR, data))
+        payload: dict[str, Any] = {
+            "container": context.container_id,
+            "batch": context.batch_id,
+            "data": data,
+        }
         if self.guarantee == TRANSACTIONAL:
-            covers = [[*key, int(offset)] for key, offset in context.covers]
-            (staging / PROGRESS_FILE).write_text(json.dumps({"covers": covers}), encoding="utf-8")
+            payload["covers"] = [[*key, int(offset)] for key, offset in context.covers]
         context.fence()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            # A retry of this generation's batch: the old copy goes first (same rows or fewer).
-            shutil.rmtree(target)
-        os.rename(staging, target)
+        key = (self.path, context.generation)
+        with _NEXT_LOCK:
+            sequence = _NEXT_COMMIT.get(key)
+        if sequence is None:
+            sequence = log.next_sequence(context.generation)
+        log.append(context.generation, sequence, payload)
+        with _NEXT_LOCK:
+            _NEXT_COMMIT[key] = sequence + 1
+
+    def claim(
+        self,
+        generation: int,
+        container_id: str,
+        keys: Sequence[tuple[str, int, int, int]],
+        spark: SparkSession | None = None,
+    ) -> list[int]:
+        """Begin ``generation``'s log with its keys and seal earlier ones that wrote them.
+
+        Runs on a new owner's driver, once, before :meth:`published` and its
+        first batch, after its lease was granted (so that a zombie's in-flight
+        commit finds the seal, or lands before it and is read). Earlier
+        generations are told apart by their first entry's keys: a generation
+        shares a key with this one only if this one takes its tasks over
+        (one owner per key at a time), so a live container is never sealed.
+
+        Parameters
+        ----------
+        generation, container_id
+            The new owner.
+        keys
+            ``(stream, partition, key_bucket, factor)`` of every key bucket
+            its tasks read.
+        spark
+            The session whose Hadoop reaches a remote path (the active one if None).
+
+        Returns
+        -------
+        list
+            The earlier generations it sealed (or found sealed), ascending.
+        """
+        storage = self._storage(spark)
+        log = CommitLog(storage, storage.join(self.path, COMMITS_DIR))
+        mine = [list(k) for k in keys]
+        sequence = log.next_sequence(generation)
+        if sequence == 0:
+            log.append(generation, 0, {"container": container_id, "keys": mine})
+            sequence = 1
+        with _NEXT_LOCK:
+            _NEXT_COMMIT[(self.path, generation)] = sequence
+        sealed = []
+        by = f"generation {generation} ({container_id})"
+        for earlier in log.generations():
+            if earlier >= generation:
+                continue
+            first = log.entry(earlier, 0)
+            if first is None:
+                continue
+            theirs = first.payload.get("keys") or first.payload.get("covers") or []
+            if first.is_seal or _keys_meet(mine, [k[:4] for k in theirs]):
+                log.seal(earlier, by)
+                sealed.append(earlier)
+        return sealed
 
     def published(self, job: str = "", tasks: Sequence[str] = ()) -> list[Fence]:
         """Per key bucket, the offset below which every record's output is published.
 
-        Runs on a new owner's driver, once, before its first batch (the old
-        owners can no longer publish). A container generation's batches
-        cover its tasks cumulatively, so its last published batch says all;
-        batches written before the sink recorded progress say nothing.
+        Runs on a new owner's driver, once, after :meth:`claim` and before its
+        first batch. A container generation's batches cover its tasks
+        cumulatively, so its newest commit says all.
 
         Parameters
         ----------
@@ -284,32 +407,74 @@ class ParquetSink:
             ``((stream, partition, key_bucket, factor), next_offset)``, the
             highest per key bucket, sorted.
         """
+        log = self._log()
         best: dict[tuple[str, int, int, int], int] = {}
-        for generation in Path(self.path).glob("container=*/generation=*"):
-            for stream, partition, bucket, factor, offset in _newest_covers(generation):
+        for generation in log.generations():
+            newest = log.last_commit(generation)
+            for entry in [] if newest is None else newest.payload.get("covers", []):
+                stream, partition, bucket, factor, offset = entry
                 key = (str(stream), int(partition), int(bucket), int(factor))
                 best[key] = max(int(offset), best.get(key, int(offset)))
         return sorted(best.items())
 
+    def committed(self, spark: SparkSession | None = None) -> list[str]:
+        """The directories of the committed batches, each batch's last attempt, in order.
 
-def _newest_covers(generation: Path) -> list[list[Any]]:
-    """The covers of a generation directory's newest batch that has them (none: empty)."""
-    numbered = []
-    for batch in generation.glob("batch=*"):
-        number = batch.name.partition("=")[2]
-        if number.isdigit():
-            numbered.append((int(number), batch))
-    for _, batch in sorted(numbered, reverse=True):
-        try:
-            document = json.loads((batch / PROGRESS_FILE).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            continue  # being replaced by a retry of its batch, or written by an older version
-        except (OSError, ValueError) as exc:
-            path = batch / PROGRESS_FILE
-            raise SinkError(f"{path}: cannot read what its batch covers ({exc})") from None
-        covers: list[list[Any]] = document["covers"]
-        return covers
-    return []
+        Runs on a driver (or anywhere, for a local path): for pandas or pyarrow.
+
+        Parameters
+        ----------
+        spark
+            The session whose Hadoop reaches a remote path (the active one if None).
+
+        Returns
+        -------
+        list
+            Directory URIs (paths on the local disk), by generation then batch.
+        """
+        log = self._log(spark)
+        found: dict[tuple[int, int], str] = {}
+        for generation in log.generations():
+            for commit in log.commits(generation):
+                if "data" in commit.payload:
+                    batch = int(commit.payload["batch"])
+                    # A retried batch commits again: its last attempt holds its rows.
+                    found[(generation, batch)] = str(commit.payload["data"])
+        storage = log.storage
+        return [storage.join(self.path, DATA_DIR, found[k]) for k in sorted(found)]
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        """Every committed batch's rows, with ``container``, ``generation`` and ``batch``.
+
+        Runs on a driver.
+
+        Parameters
+        ----------
+        spark
+            The session to read with.
+
+        Returns
+        -------
+        DataFrame
+            Each record's output once (the last attempt of each committed batch).
+
+        Raises
+        ------
+        SinkError
+            Nothing committed yet (there is no schema to read).
+        """
+        paths = self.committed(spark)
+        if not paths:
+            raise SinkError(f"{self.path}: no batch committed yet, nothing to read")
+        base = f"{self.path.rstrip('/')}/{DATA_DIR}"
+        return spark.read.option("basePath", base).parquet(*paths)
+
+    def _log(self, spark: SparkSession | None = None) -> CommitLog:
+        storage = self._storage(spark)
+        return CommitLog(storage, storage.join(self.path, COMMITS_DIR))
+
+    def _storage(self, spark: SparkSession | None) -> Storage:
+        return open_storage(self.path, spark)
 
 
 PROGRESS_SUFFIX = ".spark-elastic-progress"

@@ -14,9 +14,11 @@ loads neither.
 
 from spark_elastic.storage.commits import Commit, CommitLog
 from spark_elastic.storage.files import LocalStorage, Storage, is_local, scheme_of
+from spark_elastic.storage.hadoop import COMMIT_SCHEMES
 from spark_elastic.storage.resolve import open_storage
 
 __all__ = [
+    "COMMIT_SCHEMES",
     "Commit",
     "CommitLog",
     "LocalStorage",

@@ -30,12 +30,20 @@ from spark_elastic.storage.files import Storage, scheme_of
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["CONDITIONAL_CREATE", "HadoopStorage", "RENAME_SCHEMES", "PUT_SCHEMES"]
+__all__ = [
+    "COMMIT_SCHEMES",
+    "CONDITIONAL_CREATE",
+    "HadoopStorage",
+    "PUT_SCHEMES",
+    "RENAME_SCHEMES",
+]
 
 RENAME_SCHEMES = frozenset({"hdfs", "viewfs", "abfs", "abfss"})
 """Schemes whose rename without overwrite is atomic: create-if-absent is write + rename."""
 PUT_SCHEMES = frozenset({"s3a", "gs"})
 """Schemes whose objects appear whole at close: create-if-absent is a conditional put."""
+COMMIT_SCHEMES = RENAME_SCHEMES | PUT_SCHEMES | {"file"}
+"""Every scheme spark-elastic can publish to without overwriting (``file`` is the local disk)."""
 CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
 """S3A's create option (and path capability) for a put only if no object has the key."""
 
@@ -93,7 +101,7 @@ class HadoopStorage(Storage):
         """
         scheme = scheme_of(uri)
         if scheme not in RENAME_SCHEMES | PUT_SCHEMES:
-            supported = ", ".join(f"{s}:" for s in sorted(RENAME_SCHEMES | PUT_SCHEMES | {"file"}))
+            supported = ", ".join(f"{s}:" for s in sorted(COMMIT_SCHEMES))
             raise StorageError(
                 f"{uri}: expected a file system that can create a file only if absent "
                 f"({supported}), found scheme {scheme}:, which spark-elastic cannot "

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from jvm import CONTAINER_CONF
 
-from spark_elastic import EmbeddedLog
+from spark_elastic import EmbeddedLog, ParquetSink
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.sinks import DATA_DIR
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -154,11 +155,19 @@ class RunningJob:
             launcher.kill(pid, container_id, signal.SIGKILL)
 
 
+def committed_batches(out: Path, container: str = "*") -> list[Path]:
+    """The directories of the batches the sink at ``out`` committed, of ``container`` (all
+    by default): what a reader trusts (:meth:`ParquetSink.committed`)."""
+    dirs = [Path(d) for d in ParquetSink(str(out)).committed()]
+    if container == "*":
+        return dirs
+    return [d for d in dirs if d.parent.parent.parent.name == f"container={container}"]
+
+
 def published_rows(
     out: Path, columns: tuple[str, ...], container: str = "*"
 ) -> list[tuple[Any, ...]]:
-    """``columns`` of every row of every completed batch directory (those with Spark's
-    ``_SUCCESS`` marker) of ``container`` (all by default).
+    """``columns`` of every row of every committed batch of ``container`` (all by default).
 
     A list, not a set: a record whose output was published twice shows twice, and the
     stories compare it with a single pass row for row (exactly-once output).
@@ -166,10 +175,9 @@ def published_rows(
     import pyarrow.parquet as pq
 
     rows: list[tuple[Any, ...]] = []
-    for success in out.glob(f"container={container}/generation=*/batch=*/_SUCCESS"):
-        with contextlib.suppress(FileNotFoundError):  # overwritten by a retried batch meanwhile
-            table = pq.read_table(success.parent).to_pydict()
-            rows.extend(zip(*(table[c] for c in columns), strict=True))
+    for batch in committed_batches(out, container):
+        table = pq.read_table(batch).to_pydict()
+        rows.extend(zip(*(table[c] for c in columns), strict=True))
     return rows
 
 
@@ -297,14 +305,13 @@ def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
 
 
 def writes_by(out: Path, container_id: str) -> list[float]:
-    """Modification times of the files a container wrote to the sink."""
-    return [p.stat().st_mtime for p in out.glob(f"container={container_id}/**/*") if p.is_file()]
+    """Modification times of the files a container wrote to the sink (committed or not)."""
+    files = (out / DATA_DIR).glob(f"container={container_id}/**/*")
+    return [p.stat().st_mtime for p in files if p.is_file()]
 
 
 def published_batches(out: Path, container_id: str) -> set[str]:
-    return {
-        str(p.parent) for p in out.glob(f"container={container_id}/generation=*/batch=*/_SUCCESS")
-    }
+    return {str(d) for d in committed_batches(out, container_id)}
 
 
 def counts_in_key_order(

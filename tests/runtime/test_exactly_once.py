@@ -1,12 +1,12 @@
 """A transactional sink's output is exactly-once: a new owner publishes nothing already published.
 
 A container generation runs the job's query as a container does
-(``_start_query``), and dies at a point of its publish: before the staging,
-after the publishing rename but before Spark commits the batch, or after the
+(``_start_query``), and dies at a point of its publish: before the files,
+after the sink's commit but before Spark commits the batch, or after Spark's
 commit. The next generation takes its tasks over as a container does (a
-fork of the committed prefix, or a rescale to a split), reads what the sink
-published, and runs to the end. Spark then reads each record's output once
-from the sink's directory; on a real Kafka broker, a ``read_committed``
+fork of the committed prefix, or a rescale to a split), claims the sink's
+keys, reads what it published, and runs to the end. Spark then reads each
+record's output once from the sink's committed batches; on a real Kafka broker, a ``read_committed``
 consumer reads it once from the output topic, and a ``read_uncommitted`` one
 also sees the transaction a dead owner left open, aborted by its successor.
 """
@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, Job, KafkaSink, LogInput, ParquetSink
-from spark_elastic.errors import ArgumentError, SinkError
+from spark_elastic.errors import ArgumentError, StorageError
 from spark_elastic.log.source import register_log_source
 from spark_elastic.runtime import sinks
 from spark_elastic.runtime.container import ContainerSettings
@@ -42,12 +42,14 @@ from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel
 from spark_elastic.runtime.sinks import (
     AT_LEAST_ONCE,
-    PROGRESS_FILE,
+    COMMITS_DIR,
+    DATA_DIR,
     TRANSACTIONAL,
     BatchContext,
     sink_guarantee,
 )
 from spark_elastic.state.checkpoint_dir import batch_offsets
+from spark_elastic.storage import CommitLog, LocalStorage
 
 pytestmark = pytest.mark.slow
 
@@ -69,10 +71,10 @@ class DyingSink(ParquetSink):
     at: int = -1
 
     def write(self, batch: DataFrame, context: BatchContext) -> None:
-        if context.batch_id == self.at and self.point == "before the staging":
+        if context.batch_id == self.at and self.point == "before the files":
             raise KilledError(self.point)
         super().write(batch, context)
-        if context.batch_id == self.at and self.point == "after the rename":
+        if context.batch_id == self.at and self.point == "after the publish":
             raise KilledError(self.point)
 
 
@@ -118,7 +120,7 @@ def run_generation(
     """Run one container generation's query: to its death, to ``until``, or to the end."""
     plan = grown_plan(job.grouper, 4 if mine.tasks == FACTOR_4 else 2, partitions, partitions)
     starts = _prepare_checkpoint(mine, plan, job.stateful, spark, reopen=job.holds_back)
-    quiet = _fence_published(job, plan, mine)
+    quiet = _fence_published(job, plan, mine, spark)
     settings = ContainerSettings(mine.container_id, "http://127.0.0.1:1", "unused")
     query = _start_query(spark, job, plan, mine, lease(), settings, starts, quiet=quiet)
     try:
@@ -160,7 +162,7 @@ def assert_each_record_published_once(
     row, repeats included, is what a single pass over the log gives."""
     columns = ["key", "n"] if stateful else ["key", "partition", "offset"]
     assert_df_equality(
-        spark.read.parquet(str(out)).select(*columns),
+        ParquetSink(str(out)).read(spark).select(*columns),
         expected_rows(spark, log, stateful),
         ignore_row_order=True,
         ignore_nullable=True,
@@ -176,10 +178,10 @@ def assert_each_record_published_once(
             id=f"{point}-{'stateful' if stateful else 'stateless'}",
             # `make test` runs two of the six (for the suite's time); `make test-all` all.
             marks=()
-            if (point, stateful) in {("after the rename", True), ("after the commit", False)}
+            if (point, stateful) in {("after the publish", True), ("after the commit", False)}
             else pytest.mark.long,
         )
-        for point in ("before the staging", "after the rename", "after the commit")
+        for point in ("before the files", "after the publish", "after the commit")
         for stateful in (True, False)
     ],
 )
@@ -195,9 +197,9 @@ def test_a_new_owner_publishes_each_record_once_whatever_point_the_old_one_died_
         with pytest.raises(Exception, match=point):
             run_generation(spark, dying, old)
         assert last_committed_batch(old.checkpoint) == 1
-    if point == "after the rename":
+    if point == "after the publish":
         # Published but never committed: the window an at-least-once sink replays.
-        assert (out / "container=c1" / "generation=1" / "batch=2" / PROGRESS_FILE).is_file()
+        assert any("/generation=1/batch=2/" in d for d in ParquetSink(str(out)).committed())
 
     new = ContainerModel("c2", FACTOR_2, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
     run_generation(spark, make_job(log, tmp_path, ParquetSink(str(out)), stateful), new)
@@ -206,17 +208,17 @@ def test_a_new_owner_publishes_each_record_once_whatever_point_the_old_one_died_
 
 
 @pytest.mark.long  # `make test-all`: the split's fences; `make test` runs the deaths without one
-def test_a_split_of_an_owner_that_died_after_its_rename_publishes_each_record_once(
+def test_a_split_of_an_owner_that_died_after_its_publish_publishes_each_record_once(
     spark: SparkSession, log: EmbeddedLog, tmp_path: Path
 ) -> None:
     # The old owner's progress is at factor 2, the new owner's buckets at factor 4: each
     # fence covers the two buckets that split from it.
     out = tmp_path / "out"
     old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
-    with pytest.raises(Exception, match="after the rename"):
+    with pytest.raises(Exception, match="after the publish"):
         run_generation(
             spark,
-            make_job(log, tmp_path, DyingSink(str(out), point="after the rename", at=2), True),
+            make_job(log, tmp_path, DyingSink(str(out), point="after the publish", at=2), True),
             old,
         )
     new = ContainerModel("c2", FACTOR_4, 2, str(tmp_path / "gen-2"), (old.checkpoint,))
@@ -241,19 +243,20 @@ def test_published_is_the_newest_batch_of_each_generation_and_the_highest_per_bu
     write("c1", 1, 1, 80)
     write("c2", 2, 0, 60)  # a successor that replayed up to 60 so far
     assert sink.published() == [(bucket, 80)]
-    # A batch left in staging (its fence closed, or the process died first) says nothing.
-    left = tmp_path / "out" / "_staging" / "c3-0123"
-    left.mkdir()
-    (left / PROGRESS_FILE).write_text(json.dumps({"covers": [[*bucket, 999]]}))
+    # Files never committed (their fence closed, or the process died first) say nothing,
+    # and no reader sees them.
+    left = tmp_path / "out" / DATA_DIR / "container=c3" / "generation=3" / "batch=0" / "attempt-0"
+    rows.write.parquet(str(left))
     assert sink.published() == [(bucket, 80)]
-    assert spark.read.parquet(str(tmp_path / "out")).count() == 3
+    assert sink.read(spark).count() == 3
+    assert spark.read.parquet(str(tmp_path / "out" / DATA_DIR)).count() == 4
 
 
-def test_a_progress_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
-    batch = tmp_path / "out" / "container=c1" / "generation=1" / "batch=0"
-    batch.mkdir(parents=True)
-    (batch / PROGRESS_FILE).write_text("{not json")
-    with pytest.raises(SinkError, match=r"batch=0/_spark_elastic_progress\.json: cannot read"):
+def test_a_commit_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    commits = tmp_path / "out" / COMMITS_DIR / "1"
+    commits.mkdir(parents=True)
+    (commits / "000000000000.json").write_text("{not json")
+    with pytest.raises(StorageError, match=r"_commits/1/000000000000\.json: expected a commit"):
         ParquetSink(str(tmp_path / "out")).published()
 
 
@@ -411,7 +414,7 @@ def holding_job(log: EmbeddedLog, root: Path, sink: ParquetSink) -> Job:
 
 def enriched_clicks(spark: SparkSession, out: Path) -> DataFrame:
     """What a reader of the sink's directory gets, without the end markers."""
-    rows = spark.read.parquet(str(out)).select("user", "click_offset", "partition", "profile")
+    rows = ParquetSink(str(out)).read(spark).select("user", "click_offset", "partition", "profile")
     return rows.filter(~F.col("user").startswith("~end"))
 
 
@@ -434,12 +437,14 @@ def test_held_records_are_published_once_by_the_new_owner_of_one_that_died_holdi
     enrichment.end_every_task(log, 4)
     out = tmp_path / "out"
     old = ContainerModel("c1", FACTOR_2, 1, str(tmp_path / "gen-1"))
-    dying = DyingSink(str(out), point="after the rename", at=3)
-    with pytest.raises(Exception, match="after the rename"):
+    dying = DyingSink(str(out), point="after the publish", at=3)
+    with pytest.raises(Exception, match="after the publish"):
         run_generation(spark, holding_job(log, tmp_path, dying), old, partitions=HOLDING)
-    published = out / "container=c1" / "generation=1" / "batch=3" / PROGRESS_FILE
     ends = batch_offsets(old.checkpoint, 3)
-    covered = json.loads(published.read_text())["covers"]
+    last = CommitLog(LocalStorage(), str(out / COMMITS_DIR)).last_commit(1)
+    assert last is not None
+    assert last.payload["batch"] == 3
+    covered = last.payload["covers"]
     assert covered, "the dead owner's last batch covers nothing"
     assert any(offset < int(ends[s][str(p)]) for s, p, _, _, offset in covered), (covered, ends)
 

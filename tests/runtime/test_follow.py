@@ -314,13 +314,15 @@ def test_a_replaying_warm_up_applies_what_its_owner_published_quietly_then_publi
 
     published = [
         (r["key"], r["n"]) for r in spark.read.parquet(str(tmp_path / "owner-out")).collect()
-    ] + [(r["key"], r["n"]) for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    ] + [(r["key"], r["n"]) for r in ParquetSink(str(tmp_path / "out")).read(spark).collect()]
     wanted = wanted_keys(spark, log)
     assert wanted
     # Each of the warm-up's keys: every running count exactly once, old owner then new.
     for key, records in wanted.items():
         assert sorted(n for k, n in published if k == key) == list(range(1, records + 1)), key
-    assert {r["key"] for r in spark.read.parquet(str(tmp_path / "out")).collect()} <= set(wanted)
+    assert {r["key"] for r in ParquetSink(str(tmp_path / "out")).read(spark).collect()} <= set(
+        wanted
+    )
 
 
 def commits_at(checkpoint: Path, *times: float) -> None:

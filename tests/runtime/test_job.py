@@ -159,6 +159,19 @@ def test_checkpoint_roots_are_local_paths_or_file_uris() -> None:
         make_job(checkpoint_root="s3a://bucket/cp")
 
 
+def test_a_parquet_sink_is_on_a_file_system_that_can_publish_without_overwriting() -> None:
+    assert ParquetSink("hdfs://nn:8020/out").path == "hdfs://nn:8020/out"
+    assert ParquetSink("s3a://bucket/out").path == "s3a://bucket/out"
+    assert ParquetSink("file:///data/out").path == "file:///data/out"
+    with pytest.raises(ArgumentError) as refused:
+        ParquetSink("ftp://host/out")
+    assert str(refused.value) == (
+        "ParquetSink.path: expected a local path or a URI of a file system that can create a "
+        "file only if absent (abfs:, abfss:, file:, gs:, hdfs:, s3a:, viewfs:), found "
+        "'ftp://host/out'"
+    )
+
+
 def test_a_sink_must_have_write() -> None:
     with pytest.raises(ArgumentTypeError, match=r"Job\.sink: expected a Sink"):
         make_job(sink="/data/out")

@@ -22,6 +22,7 @@ from cli_runner import run_cli
 from jobs import APPLY_DEADLINE_S, CHANGE_DEADLINE_S, ROOT, RunningJob, published_rows, wait_until
 
 from spark_elastic import EmbeddedLog
+from spark_elastic.runtime.sinks import DATA_DIR
 
 # Long (`make test-all`): the time-ordered job's story; `make test` runs its pieces
 # (test_time_order.py, test_hold_back.py, the held records of test_exactly_once.py).
@@ -49,7 +50,7 @@ def enriched(out: Path, container: str = "*") -> list[tuple[str, int, int, str]]
 
 def enriched_since(out: Path, earlier: set[str]) -> list[tuple[str, int, int, str]]:
     """What :func:`enriched` returns of the containers not in ``earlier``."""
-    names = {d.name.partition("=")[2] for d in out.glob("container=*")} - earlier
+    names = {d.name.partition("=")[2] for d in (out / DATA_DIR).glob("container=*")} - earlier
     return sorted(row for name in names for row in enriched(out, name))
 
 

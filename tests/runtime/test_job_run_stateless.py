@@ -26,6 +26,7 @@ from jobs import (
     RECORDS,
     TASKS_JOB,
     RunningJob,
+    committed_batches,
     produce,
     published_batches,
     tagged_rows,
@@ -138,15 +139,14 @@ def test_containers_run_on_a_spark_standalone_cluster(
 def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     """``(user, partition, offset, generation, batch)`` of every published row."""
     rows = []
-    for success in out.glob("container=*/generation=*/batch=*/_SUCCESS"):
-        generation = int(success.parent.parent.name.split("=")[1])
-        batch = int(success.parent.name.split("=")[1])
-        with contextlib.suppress(FileNotFoundError):
-            t = pq.read_table(success.parent).to_pydict()
-            rows.extend(
-                (u, p, o, generation, batch)
-                for u, p, o in zip(t["user"], t["partition"], t["offset"], strict=True)
-            )
+    for directory in committed_batches(out):
+        generation = int(directory.parent.parent.name.split("=")[1])
+        batch = int(directory.parent.name.split("=")[1])
+        t = pq.read_table(directory).to_pydict()
+        rows.extend(
+            (u, p, o, generation, batch)
+            for u, p, o in zip(t["user"], t["partition"], t["offset"], strict=True)
+        )
     return rows
 
 

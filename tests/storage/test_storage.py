@@ -1,12 +1,15 @@
-"""The file layer keeps its promises on the local disk, on HDFS and on S3.
+"""The file layer keeps its promises on the local disk, on HDFS and on S3, and so does the
+Parquet sink built on it.
 
 Every spec here runs three times: on the local disk, on a real HDFS (a
 MiniDFSCluster) and on a real S3 server (s3proxy), each started once for the
 session, reached from the test session's Spark through Hadoop as a job's
 driver reaches it. What publishing relies on is specified first (a create
 that only one writer wins, visible whole), then the commit logs built on it,
-and last the race a seal exists for: a zombie still committing while its
-successor seals loses, and nothing it committed is lost or counted twice.
+then the race a seal exists for: a zombie still committing while its
+successor seals loses, and nothing it committed is lost or counted twice. Last,
+the Parquet sink publishes a job's batches there by commits and fences a dead
+owner through them.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import storage_jvm
 from pyspark.sql import SparkSession
 
 from spark_elastic.errors import FencedError, StorageError
+from spark_elastic.runtime.sinks import BatchContext, ParquetSink
 from spark_elastic.storage import CommitLog, LocalStorage, Storage, open_storage
 from spark_elastic.storage.hadoop import HadoopStorage
 
@@ -236,3 +241,42 @@ def test_an_unreachable_namenode_is_one_line_naming_it(spark: SparkSession) -> N
     assert "\n" not in message
     assert message.startswith(f"hdfs://127.0.0.1:{port}/jobs: cannot reach the file system (")
     assert "Connection refused" in message
+
+
+# The Parquet sink on each file system: published by commits, fenced by seals.
+
+
+def test_a_parquet_sink_publishes_by_commits_and_a_new_owner_seals_only_its_predecessors(
+    place: Place, spark: SparkSession
+) -> None:
+    """c1 (generation 1) wrote bucket 0 of partition 0 at factor 2; c5 (generation 5), alive,
+    writes bucket 1. c7 (generation 7) takes bucket 0 over, split to factor 4: its claim seals
+    generation 1 only. c1's late commit then fails and publishes nothing; c5 goes on."""
+    sink = ParquetSink(place.path("out"))
+    rows = spark.createDataFrame([("a", 1)], "key string, n long")
+    b0, b1 = ("clicks", 0, 0, 2), ("clicks", 0, 1, 2)
+
+    def write(container: str, generation: int, batch: int, covers: tuple[Any, ...]) -> None:
+        sink.write(rows, BatchContext(batch, container, generation, lambda: None, covers))
+
+    write("c1", 1, 0, ((b0, 40),))
+    write("c5", 5, 0, ((b1, 10),))
+    sealed = sink.claim(7, "c7", [("clicks", 0, 0, 4), ("clicks", 0, 2, 4)], spark)
+    assert sealed == [1]
+    with pytest.raises(FencedError, match=r"sealed by generation 7 \(c7\)"):
+        write("c1", 1, 1, ((b0, 80),))
+    write("c5", 5, 1, ((b1, 20),))
+    assert sink.published() == [(b0, 40), (b1, 20)]
+    committed = sink.committed(spark)
+    assert [d.split("/_data/", 1)[1].rsplit("/", 1)[0] for d in committed] == [
+        "container=c1/generation=1/batch=0",
+        "container=c5/generation=5/batch=0",
+        "container=c5/generation=5/batch=1",
+    ]
+    read = sink.read(spark)
+    assert sorted(read.columns) == ["batch", "container", "generation", "key", "n"]
+    assert sorted((r.container, r.batch) for r in read.collect()) == [
+        ("c1", 0),
+        ("c5", 0),
+        ("c5", 1),
+    ]

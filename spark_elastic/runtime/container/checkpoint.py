@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from spark_elastic.runtime.container.console import _log
 from spark_elastic.runtime.container.follow import highest, take_snapshot
 from spark_elastic.runtime.container.generations import fork_committed
-from spark_elastic.runtime.container.query import needed_partitions
+from spark_elastic.runtime.container.query import covers, needed_partitions
 from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.protocol import ContainerModel
 from spark_elastic.runtime.sinks import TRANSACTIONAL, sink_guarantee
@@ -35,21 +35,36 @@ if TYPE_CHECKING:
     from spark_elastic.model.plan import JobPlan
 
 
-def published_fences(job: Job, plan: JobPlan, tasks: tuple[str, ...]) -> list[Fence]:
-    """What earlier owners published of the partitions ``tasks`` read (transactional sinks).
+def published_fences(
+    job: Job, plan: JobPlan, mine: ContainerModel, spark: SparkSession | None = None
+) -> list[Fence]:
+    """What earlier owners published of the partitions ``mine``'s tasks read (transactional
+    sinks).
 
-    Runs on the driver once the container owns ``tasks``, before its first
-    batch: the old owners can no longer publish (they stopped, or their
-    lease ended), so what the sink says it published is final.
+    Runs on the driver once the container owns its tasks, before its first
+    batch: the old owners can no longer decide to publish (they stopped, or
+    their lease ended). A sink that fences in its storage (``claim``, as
+    :class:`~spark_elastic.runtime.sinks.ParquetSink` has) first seals their
+    commits, so a write of theirs still in flight either counts here or
+    fails; then what the sink says it published is final.
     """
     if sink_guarantee(job.sink) != TRANSACTIONAL:
         return []
-    needed = needed_partitions(plan, tasks)
-    published: list[Fence] = job.sink.published(job.name, tasks)  # type: ignore[attr-defined]
+    needed = needed_partitions(plan, mine.tasks)
+    claim = getattr(job.sink, "claim", None)
+    if callable(claim):
+        offsets = {topic: {str(p): 0 for p in parts} for topic, parts in needed.items()}
+        keys = [key for key, _ in covers(plan, mine.tasks, offsets)]
+        sealed = claim(mine.generation, mine.container_id, keys, spark)
+        if sealed:
+            _log(f"sealed the sink's commits of earlier generations {sealed}")
+    published: list[Fence] = job.sink.published(job.name, mine.tasks)  # type: ignore[attr-defined]
     return [f for f in highest(published) if f[0][1] in needed.get(f[0][0], ())]
 
 
-def _fence_published(job: Job, plan: JobPlan, mine: ContainerModel) -> list[Fence]:
+def _fence_published(
+    job: Job, plan: JobPlan, mine: ContainerModel, spark: SparkSession | None = None
+) -> list[Fence]:
     """Make what earlier owners published this generation's output fences.
 
     A stateful generation gets them in its checkpoint's fences (the processor
@@ -57,7 +72,7 @@ def _fence_published(job: Job, plan: JobPlan, mine: ContainerModel) -> list[Fenc
     a stateless one gets them back, for its query to leave those records out.
     Runs on the driver, once, after :func:`_prepare_checkpoint`.
     """
-    fences = published_fences(job, plan, mine.tasks)
+    fences = published_fences(job, plan, mine, spark)
     if not fences:
         return []
     _log(f"the sink has output of {len(fences)} key buckets' records already: fenced")

@@ -226,7 +226,7 @@ class _Cold:
         starts = _prepare_checkpoint(
             mine, plan, self.job.processor is not None, self.spark, reopen=self.job.holds_back
         )
-        quiet = _fence_published(self.job, plan, mine)
+        quiet = _fence_published(self.job, plan, mine, self.spark)
         return Taken(
             _start_query(
                 self.spark, self.job, plan, mine, self.lease, self.settings, starts, quiet=quiet
@@ -561,7 +561,7 @@ class _Replayer:
         The query is the one it has run since it started (its own plan).
         """
         assert self.query is not None  # noqa: S101 - a replaying warm-up registers after start
-        published = published_fences(self.job, self.plan, mine.tasks)
+        published = published_fences(self.job, self.plan, mine, self.spark)
         self._raise([*source_fences(mine.sources, self._plan_at(model)), *published])
         self.live.set()
         write_gate(self.gate, None)
