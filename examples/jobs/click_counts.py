@@ -15,7 +15,9 @@ project's jar, ``--conf spark.jars=...``, see docs/running-a-job.md;
 ``CLICKS_KAFKA_READER`` chooses another reader: ``elastic``, ``spark``), and
 with ``CLICKS_OUT_TOPIC`` too it writes its
 rows to that topic of the broker, exactly-once (``KafkaSink``, keyed by
-user)::
+user). ``CLICKS_OUT`` puts the Parquet output elsewhere, on any file system
+Spark opens (``hdfs://nn:8020/clicks``, ``s3a://bucket/clicks``, with the
+``--conf spark.hadoop.*`` settings that reach it)::
 
     spark-elastic log create $CLICKS_ROOT/log clicks --partitions 4
     spark-elastic log produce $CLICKS_ROOT/log clicks --generate 20000
@@ -97,7 +99,7 @@ job = Job(
     sink=(
         KafkaSink(KAFKA, OUT_TOPIC, key="user")
         if KAFKA and OUT_TOPIC
-        else ParquetSink(f"{ROOT}/out")
+        else ParquetSink(os.environ.get("CLICKS_OUT", f"{ROOT}/out"))
     ),
     processor=ClickCount(),
 )
