@@ -215,6 +215,8 @@ with ``_``, so only :meth:`ParquetSink.read` (or the paths it lists) reads them.
 _NEXT_COMMIT: dict[tuple[str, int], int] = {}
 """Per container process: the sequence each (sink path, generation) commits next."""
 _NEXT_LOCK = threading.Lock()
+_STORAGES: dict[tuple[str, int], tuple[Any, Storage]] = {}
+"""Per process: the checked storage of each (remote sink path, Spark context)."""
 
 
 def _keys_meet(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
@@ -365,8 +367,23 @@ class ParquetSink:
         -------
         list
             The earlier generations it sealed (or found sealed), ascending.
+
+        Raises
+        ------
+        SinkError
+            ``path`` holds batches an earlier spark-elastic published by rename
+            (their progress is not in commit logs: a new owner would publish
+            their records again).
         """
         storage = self._storage(spark)
+        legacy = [n for n in storage.list(self.path) if n.startswith("container=")]
+        if legacy:
+            raise SinkError(
+                f"{self.path}: expected output of this spark-elastic (committed batches "
+                f"under {DATA_DIR} and {COMMITS_DIR}), found batches of an earlier one "
+                f"({legacy[0]}, published by rename); give the job another path, or move "
+                "them aside (spark.read.parquet reads them as before)"
+            )
         log = CommitLog(storage, storage.join(self.path, COMMITS_DIR))
         mine = [list(k) for k in keys]
         sequence = log.next_sequence(generation)
@@ -474,7 +491,21 @@ class ParquetSink:
         return CommitLog(storage, storage.join(self.path, COMMITS_DIR))
 
     def _storage(self, spark: SparkSession | None) -> Storage:
-        return open_storage(self.path, spark)
+        if is_local(self.path):
+            return open_storage(self.path)
+        # Opening a remote one checks it (two round trips): once per Spark context and path,
+        # not per batch (foreachBatch gives each batch a session object of its own, all on
+        # one context, whose Hadoop settings the storage uses). The context is kept with it,
+        # so its id is not reused meanwhile.
+        context = spark.sparkContext if spark is not None else None
+        key = (self.path, id(context))
+        with _NEXT_LOCK:
+            cached = _STORAGES.get(key)
+        if cached is None:
+            cached = (context, open_storage(self.path, spark))
+            with _NEXT_LOCK:
+                _STORAGES[key] = cached
+        return cached[1]
 
 
 PROGRESS_SUFFIX = ".spark-elastic-progress"

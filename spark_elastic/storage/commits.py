@@ -142,6 +142,10 @@ class CommitLog:
         there = self.entry(generation, sequence)
         if there is not None and there.is_seal:
             raise FencedError(self._sealed(generation, there))
+        if there == commit:
+            # This very commit, written by an attempt whose answer was lost (an S3 client
+            # retrying a PUT that had landed): it stands.
+            return commit
         raise FencedError(
             f"{self.path(generation, sequence)}: generation {generation}'s commit "
             f"{sequence} was already written; this writer's commits are not its own"

@@ -21,15 +21,16 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import storage_jvm
 from pyspark.sql import SparkSession
 
-from spark_elastic.errors import FencedError, StorageError
+from spark_elastic.errors import FencedError, SinkError, StorageError
 from spark_elastic.runtime.sinks import BatchContext, ParquetSink
-from spark_elastic.storage import CommitLog, LocalStorage, Storage, open_storage
+from spark_elastic.storage import Commit, CommitLog, LocalStorage, Storage, open_storage
 from spark_elastic.storage.hadoop import HadoopStorage
 
 pytestmark = pytest.mark.slow
@@ -153,6 +154,18 @@ def test_a_sealed_log_refuses_its_writer_and_keeps_every_commit_before_the_seal(
     assert log.generations() == [7]
     assert log.last_commit(8) is None
     assert log.seal(8, by="x").sequence == 0
+
+
+def test_a_commit_whose_answer_was_lost_stands_when_written_again_and_no_other_does(
+    place: Place,
+) -> None:
+    log = CommitLog(place.storage, place.path("_commits"))
+    # The first attempt landed, its answer did not (an S3 client retries the PUT).
+    landed = Commit(2, 0, {"batch": 0, "data": "attempt-1"})
+    assert place.storage.create(log.path(2, 0), landed.to_bytes())
+    assert log.append(2, 0, {"batch": 0, "data": "attempt-1"}) == landed
+    with pytest.raises(FencedError, match=r"commit 0 was already written"):
+        log.append(2, 0, {"batch": 0, "data": "attempt-2"})
 
 
 def test_a_zombie_committing_while_its_successor_seals_loses_and_nothing_is_lost_or_doubled(
@@ -280,3 +293,17 @@ def test_a_parquet_sink_publishes_by_commits_and_a_new_owner_seals_only_its_pred
         ("c5", 0),
         ("c5", 1),
     ]
+
+
+def test_a_sink_path_with_batches_an_earlier_version_renamed_into_place_is_refused(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "out" / "container=c1" / "generation=1" / "batch=0").mkdir(parents=True)
+    with pytest.raises(SinkError) as refused:
+        ParquetSink(str(tmp_path / "out")).claim(2, "c2", [("clicks", 0, 0, 1)])
+    assert str(refused.value) == (
+        f"{tmp_path / 'out'}: expected output of this spark-elastic (committed batches under "
+        "_data and _commits), found batches of an earlier one (container=c1, published by "
+        "rename); give the job another path, or move them aside (spark.read.parquet reads "
+        "them as before)"
+    )
