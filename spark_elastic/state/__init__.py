@@ -6,7 +6,8 @@ StateStore: keys grouped into chunks by key slot), :mod:`.holdback` (the
 pure steps of holding records back in time order, Kafka Streams'
 ``max.task.idle.ms``), :mod:`.checkpoint_dir`
 (the library's files beside Spark's in a checkpoint: ``job.json`` and the
-owner lock), :mod:`.processor`
+owner lock), :mod:`.shipped` (what a query's tasks need of those files, sent
+to the executors by Spark's file distribution), :mod:`.processor`
 (``with_task_state``, :class:`~.processor.TaskProcessor` and its per-task
 state), :mod:`.columnar` (:class:`~.columnar.BatchProcessor`: a task's records
 and their keys' state as columns, for vectorized logic), :mod:`.query_settings`

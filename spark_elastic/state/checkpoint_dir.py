@@ -20,7 +20,8 @@ Runs on the driver. Beside Spark's own ``offsets/``, ``commits/`` and
     runtime's hot warm-ups): per (stream, partition, key bucket, factor)
     the offset below which the old owners published the output already.
     Records below their key's fence are applied to state but emit nothing
-    (:func:`write_fences`; the processor reads it on the executors).
+    (:func:`write_fences`; the driver ships it to the executors, see
+    :mod:`.shipped`).
 
 Spark's directory is read, never written: the last batch id, whether it
 committed, and its source offsets (``offsets/N`` lines 3+, one per source).
@@ -59,6 +60,7 @@ __all__ = [
     "batch_offsets",
     "bootstrap_path",
     "bootstrapped",
+    "fences_of",
     "checkpoint_path",
     "is_fresh",
     "last_batch",
@@ -336,11 +338,11 @@ def write_bootstrap(checkpoint: str | os.PathLike[str], streams: Sequence[str], 
     _write_json(elastic_dir(checkpoint), BOOTSTRAP_FILE, {"streams": list(streams), "done": done})
 
 
-def bootstrapped(path: str | os.PathLike[str]) -> bool:
-    """Whether the bootstrap file says the bootstrap streams are read (executor, per task and
-    batch while they are not; a missing or unreadable file says not yet)."""
+def bootstrapped(checkpoint: str | os.PathLike[str]) -> bool:
+    """Whether the bootstrap file says the bootstrap streams are read (driver; a missing or
+    unreadable file says not yet)."""
     try:
-        return bool(json.loads(Path(path).read_text(encoding="utf-8"))["done"])
+        return bool(json.loads(bootstrap_path(checkpoint).read_text(encoding="utf-8"))["done"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -364,17 +366,18 @@ def write_fences(checkpoint: str | os.PathLike[str], fences: list[Fence]) -> Non
 
 
 def read_fences(path: str | os.PathLike[str]) -> list[Fence]:
-    """The fences in a ``fences.json`` (empty when there is none).
-
-    Runs on executors, in the processor, once per task per micro-batch of a
-    checkpoint that has the file (the caller caches it by modification time).
-    """
+    """The fences in a ``fences.json`` (empty when there is none; driver)."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot read the output fences ({exc})") from None
+    return fences_of(document)
+
+
+def fences_of(document: Mapping[str, Any]) -> list[Fence]:
+    """The fences of a ``fences.json`` document (driver, or executor as shipped)."""
     return [((str(s), int(p), int(b), int(f)), int(o)) for s, p, b, f, o in document["fences"]]
 
 

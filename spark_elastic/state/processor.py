@@ -66,15 +66,12 @@ from spark_elastic.state.checkpoint_dir import (
     Fence,
     JobSpec,
     OwnerLock,
-    bootstrap_path,
-    bootstrapped,
     checkpoint_path,
-    fences_path,
+    fences_of,
     is_fresh,
     last_batch,
     never_committed,
     pinned_conf,
-    read_fences,
     read_job,
     seed_dir,
     write_bootstrap,
@@ -108,6 +105,7 @@ from spark_elastic.state.query_settings import (
     STATE_PARTITIONS_METRIC,
     install_start_hook,
 )
+from spark_elastic.state.shipped import Shipped, ship_bootstrap, ship_fences
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -549,11 +547,11 @@ class _ElasticProcessor:
         bucket_checkpoints: bool = True,
         hash: HashMode = "spark",
         key_column: str = "key",
-        fences: str | None = None,
+        fences: Shipped | None = None,
         order: tuple[str, str] = ("offset", "timestamp"),
         idle_ms: int = 0,
         bootstrap: tuple[str, ...] = (),
-        bootstrap_file: str | None = None,
+        bootstrap_done: Shipped | None = None,
     ) -> None:
         self.user = user
         self.fences = fences
@@ -562,7 +560,7 @@ class _ElasticProcessor:
         # asked: a query without it keeps the state variables and time mode checkpoints made
         # before it had.
         self.idle_ms = idle_ms
-        self.bootstrap, self.bootstrap_file = bootstrap, bootstrap_file
+        self.bootstrap, self.bootstrap_done = bootstrap, bootstrap_done
         self.holds = idle_ms > 0 or bool(bootstrap)
         self.routes = dict(routes)
         self.factor = elasticity_factor
@@ -679,7 +677,7 @@ class _ElasticProcessor:
         if "virtual_task" in buffer.columns:
             # Held across a split or merge, a record names the task that first read it.
             buffer["virtual_task"] = route.name
-        reading = self.bootstrap and not bootstrapped(str(self.bootstrap_file))
+        reading = self.bootstrap and not _bootstrapped(self.bootstrap_done)
         first = frozenset(self.bootstrap) if reading else frozenset()
         step = release(
             buffer, route.partitions, clocks, now_ms, self.idle_ms, self.timestamp, first
@@ -867,25 +865,26 @@ def _freeze_worker_heap() -> None:
     _FROZEN.append(True)
 
 
-_FENCES_SEEN: dict[str, tuple[tuple[int, int], list[Fence]]] = {}
-"""Per Python worker: each fences file's identity and entries, read once per change."""
+_FENCES_SEEN: dict[int, tuple[Any, list[Fence]]] = {}
+"""Per Python worker: the fences of the last shipped document seen, per document object."""
 
 
-def _fences(path: str | None) -> list[Fence]:
-    """The output fences of the query's checkpoint (executor, once per task per batch)."""
-    if path is None:
+def _fences(shipped: Shipped | None) -> list[Fence]:
+    """The query's output fences as last shipped (executor, once per task per batch)."""
+    if shipped is None:
         return []
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        return []
-    # The file is only ever replaced (a new inode), never written in place.
-    changed = (stat.st_ino, stat.st_mtime_ns)
-    seen = _FENCES_SEEN.get(path)
-    if seen is None or seen[0] != changed:
-        seen = (changed, read_fences(path))
-        _FENCES_SEEN[path] = seen
+    document = shipped.latest()
+    seen = _FENCES_SEEN.get(id(document))
+    if seen is None or seen[0] is not document:
+        seen = (document, fences_of(document))
+        _FENCES_SEEN.clear()  # one query's document at a time is the common case
+        _FENCES_SEEN[id(document)] = seen
     return seen[1]
+
+
+def _bootstrapped(shipped: Shipped | None) -> bool:
+    """Whether the driver has shipped that the bootstrap streams are read (executor)."""
+    return shipped is not None and bool(shipped.latest().get("done"))
 
 
 def _now_ms(timer_values: Any) -> int:
@@ -1429,11 +1428,11 @@ def _run(
         bucket_checkpoints,
         spec.hash,  # type: ignore[arg-type]
         key_column,
-        str(fences_path(checkpoint)),
+        ship_fences(spark, checkpoint),
         order=order,
         idle_ms=idle_ms,
         bootstrap=bootstrap,
-        bootstrap_file=str(bootstrap_path(checkpoint)),
+        bootstrap_done=ship_bootstrap(spark, checkpoint) if bootstrap else None,
     )
     initial = None
     seed = seed_dir(checkpoint)
@@ -1565,14 +1564,16 @@ class _BootstrapWatch:
     checkpoint's bootstrap file says done and the tasks release what they held.
     """
 
-    _watched: ClassVar[dict[Path, tuple[tuple[str, ...], dict[tuple[str, str], int] | None]]] = {}
+    _watched: ClassVar[
+        dict[Path, tuple[SparkSession, tuple[str, ...], dict[tuple[str, str], int] | None]]
+    ] = {}
     _mutex: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
     def watch(cls, spark: SparkSession, checkpoint: Path, streams: tuple[str, ...]) -> None:
         _release_lock_when_query_ends(spark)  # registers the listener that calls progress()
         with cls._mutex:
-            cls._watched[checkpoint] = (streams, None)
+            cls._watched[checkpoint] = (spark, streams, None)
 
     @classmethod
     def watching(cls) -> bool:
@@ -1587,14 +1588,15 @@ class _BootstrapWatch:
             watched = [
                 (c, w) for c, w in cls._watched.items() if _query_id(c) == str(progress.get("id"))
             ]
-        for checkpoint, (streams, targets) in watched:
+        for checkpoint, (spark, streams, targets) in watched:
             if targets is None:
                 targets = _offsets_in(progress, "latestOffset", streams)
                 with cls._mutex:
-                    cls._watched[checkpoint] = (streams, targets)
+                    cls._watched[checkpoint] = (spark, streams, targets)
             reached = _offsets_in(progress, "endOffset", streams)
             if all(reached.get(p, -1) >= o for p, o in targets.items()):
                 write_bootstrap(checkpoint, streams, done=True)
+                ship_bootstrap(spark, checkpoint)
                 with cls._mutex:
                     cls._watched.pop(checkpoint, None)
 

@@ -170,6 +170,7 @@ class Job:
         output: Path,
         max_per_trigger: int,
         available_now: bool = True,
+        interval: str = "1 hour",
     ) -> StreamingQuery:
         events = (
             self.spark.readStream.format(LOG_SOURCE_FORMAT)
@@ -198,7 +199,7 @@ class Job:
         )
         if available_now:
             return writer.trigger(availableNow=True).start()
-        return writer.trigger(processingTime="1 hour").start()
+        return writer.trigger(processingTime=interval).start()
 
     def output(self) -> DataFrame:
         frames = [self.spark.read.parquet(str(p)) for p in self.outputs if p.exists()]

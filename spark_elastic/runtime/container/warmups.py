@@ -79,6 +79,7 @@ from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.lease import ContainerLease
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import Fence, elastic_dir, write_fences
+from spark_elastic.state.shipped import ship_fences
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -422,6 +423,10 @@ class _Replayer:
         if merged == self.fences:
             return
         write_fences(self.warm.checkpoint, merged)
+        if self.query is not None:
+            # Before the gate rises: a batch that reads past the old fences is planned after
+            # its tasks can read the new ones (a query defined later ships them itself).
+            ship_fences(self.spark, self.warm.checkpoint)
         gate = gate_for(merged, self.plan, self.warm.tasks)
         write_gate(self.gate, gate)
         self.fences = merged
