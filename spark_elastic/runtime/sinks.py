@@ -46,8 +46,8 @@ from spark_elastic.storage import (
     CommitLog,
     Storage,
     is_local,
-    open_storage,
     scheme_of,
+    storage_for,
 )
 
 if TYPE_CHECKING:
@@ -215,8 +215,6 @@ with ``_``, so only :meth:`ParquetSink.read` (or the paths it lists) reads them.
 _NEXT_COMMIT: dict[tuple[str, int], int] = {}
 """Per container process: the sequence each (sink path, generation) commits next."""
 _NEXT_LOCK = threading.Lock()
-_STORAGES: dict[tuple[str, int], tuple[Any, Storage]] = {}
-"""Per process: the checked storage of each (remote sink path, Spark context)."""
 
 
 def _keys_meet(a: Sequence[Sequence[Any]], b: Sequence[Sequence[Any]]) -> bool:
@@ -491,21 +489,9 @@ class ParquetSink:
         return CommitLog(storage, storage.join(self.path, COMMITS_DIR))
 
     def _storage(self, spark: SparkSession | None) -> Storage:
-        if is_local(self.path):
-            return open_storage(self.path)
-        # Opening a remote one checks it (two round trips): once per Spark context and path,
-        # not per batch (foreachBatch gives each batch a session object of its own, all on
-        # one context, whose Hadoop settings the storage uses). The context is kept with it,
-        # so its id is not reused meanwhile.
-        context = spark.sparkContext if spark is not None else None
-        key = (self.path, id(context))
-        with _NEXT_LOCK:
-            cached = _STORAGES.get(key)
-        if cached is None:
-            cached = (context, open_storage(self.path, spark))
-            with _NEXT_LOCK:
-                _STORAGES[key] = cached
-        return cached[1]
+        # foreachBatch gives each batch a session object of its own, all on one context,
+        # whose Hadoop settings the storage uses: opened and checked once per context.
+        return storage_for(self.path, spark)
 
 
 PROGRESS_SUFFIX = ".spark-elastic-progress"

@@ -9,9 +9,13 @@ Runs on the driver. Beside Spark's own ``offsets/``, ``commits/`` and
     keyed-state schema, and for a checkpoint made by ``rescale`` the seed's
     starting offsets.
 ``owner.lock``
-    Held with ``flock`` by the driver while a query runs on the checkpoint
-    (the OS releases it if the driver dies), so ``rescale`` can tell a
-    running query from a stopped one.
+    On the local disk, held with ``flock`` by the driver while a query runs
+    on the checkpoint (the OS releases it if the driver dies), so
+    ``rescale`` can tell a running query from a stopped one.
+``owner.json``
+    The same on HDFS, S3 and the rest, where no lock outlives its holder:
+    an object created only if absent, naming the driver's host and process,
+    deleted when its query ends (:class:`OwnerLock`).
 ``seed/``
     Made by ``rescale``: the keyed state and bucket checkpoints the new
     query loads in its first micro-batch.
@@ -25,29 +29,36 @@ Runs on the driver. Beside Spark's own ``offsets/``, ``commits/`` and
 
 Spark's directory is read, never written: the last batch id, whether it
 committed, and its source offsets (``offsets/N`` lines 3+, one per source).
-Local file systems only: a plain path or a ``file:`` URI (:func:`checkpoint_path`);
-other schemes are refused, never written somewhere else.
+
+A checkpoint is a plain path or ``file:`` URI on the local disk, or a URI of
+a file system Spark's Hadoop opens that can create a file only if absent
+(``hdfs:``, ``s3a:``, ``gs:``, ``abfss:``; :func:`checkpoint_location`).
+Everything here reads and writes through :mod:`spark_elastic.storage`, on
+the driver: remote ones through its JVM, with Spark's own settings.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import json
 import os
 import re
-import tempfile
+import socket
 import threading
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from spark_elastic.errors import ArgumentError, CheckpointError
+from spark_elastic.errors import ArgumentError, CheckpointError, StorageError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.state.chunks import LAYOUT_VERSION
+from spark_elastic.storage import COMMIT_SCHEMES, Storage, is_local, scheme_of, storage_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,7 +72,9 @@ __all__ = [
     "bootstrap_path",
     "bootstrapped",
     "fences_of",
+    "checkpoint_location",
     "checkpoint_path",
+    "has_seed",
     "is_fresh",
     "last_batch",
     "never_committed",
@@ -81,6 +94,7 @@ SEED_DIR = "seed"
 FENCES_FILE = "fences.json"
 BOOTSTRAP_FILE = "bootstrap.json"
 _LOCK_FILE = "owner.lock"
+_OWNER_OBJECT = "owner.json"
 _FORMAT_VERSION = 1
 
 SourceOffsets = dict[str, dict[str, int]]
@@ -304,14 +318,78 @@ def checkpoint_path(location: str | os.PathLike[str], name: str = "checkpoint") 
     return Path(urllib.parse.unquote(parsed.path))
 
 
+def checkpoint_location(location: str | os.PathLike[str], name: str = "checkpoint") -> str:
+    """A checkpoint location as the library's files name it: a local path, or a remote URI.
+
+    Runs on the driver, when a query is defined (nothing is written here).
+
+    Parameters
+    ----------
+    location
+        As given to ``checkpointLocation``: a plain path, a ``file:`` URI, or a
+        URI of a file system that can create a file only if absent (``hdfs:``,
+        ``s3a:``, ``gs:``, ``abfs[s]:``, ``viewfs:``), opened with the
+        session's ``spark.hadoop.*`` settings when first used.
+    name
+        The argument's name, for errors.
+
+    Returns
+    -------
+    str
+        The local directory, or the URI without a trailing ``/``.
+
+    Raises
+    ------
+    ArgumentError
+        Another scheme, or a ``file:`` URI naming another host (one line).
+    """
+    text = os.fspath(location)
+    if isinstance(text, bytes):
+        raise ArgumentError.invalid(name, "a str path or URI", text)
+    if is_local(text):
+        return str(checkpoint_path(text, name))
+    scheme = scheme_of(text)
+    if scheme not in COMMIT_SCHEMES:
+        supported = ", ".join(f"{s}:" for s in sorted(COMMIT_SCHEMES - {"file"}))
+        raise ArgumentError.invalid(
+            name,
+            "a local path, or a URI of a file system that can create a file only if absent "
+            f"({supported}; {scheme}: cannot, and nothing was written)",
+            text,
+        )
+    return text.rstrip("/")
+
+
+def _files(checkpoint: str | os.PathLike[str]) -> tuple[Storage, str]:
+    """The storage a checkpoint is on and its root there (driver)."""
+    text = os.fspath(checkpoint)
+    if is_local(text):
+        return storage_for(text), str(checkpoint_path(text))
+    return storage_for(text), text.rstrip("/")
+
+
+def _read(checkpoint: str | os.PathLike[str], *names: str) -> tuple[bytes | None, str]:
+    """A file of the checkpoint (None if missing) and its path, for errors."""
+    storage, root = _files(checkpoint)
+    path = storage.join(root, *names)
+    return storage.read(path), path
+
+
 def elastic_dir(checkpoint: str | os.PathLike[str]) -> Path:
-    """``<checkpoint>/_spark_elastic``."""
+    """``<checkpoint>/_spark_elastic`` of a checkpoint on the local disk."""
     return checkpoint_path(checkpoint) / ELASTIC_DIR
 
 
 def seed_dir(checkpoint: str | os.PathLike[str]) -> Path:
     """``<checkpoint>/_spark_elastic/seed``: the rescaled state, loaded in batch 0."""
     return elastic_dir(checkpoint) / SEED_DIR
+
+
+def has_seed(checkpoint: str | os.PathLike[str]) -> str | None:
+    """Where the checkpoint's rescaled seed is, for Spark to read; None if it has none."""
+    storage, root = _files(checkpoint)
+    seed = storage.join(root, ELASTIC_DIR, SEED_DIR)
+    return seed if storage.exists(seed) else None
 
 
 Fence = tuple[tuple[str, int, int, int], int]
@@ -335,15 +413,16 @@ def write_bootstrap(checkpoint: str | os.PathLike[str], streams: Sequence[str], 
     query's committed offsets pass the bootstrap streams' end offsets as of
     its start; the tasks hold the other streams' records until then.
     """
-    _write_json(elastic_dir(checkpoint), BOOTSTRAP_FILE, {"streams": list(streams), "done": done})
+    _write_json(checkpoint, BOOTSTRAP_FILE, {"streams": list(streams), "done": done})
 
 
 def bootstrapped(checkpoint: str | os.PathLike[str]) -> bool:
     """Whether the bootstrap file says the bootstrap streams are read (driver; a missing or
     unreadable file says not yet)."""
+    data, _ = _read(checkpoint, ELASTIC_DIR, BOOTSTRAP_FILE)
     try:
-        return bool(json.loads(bootstrap_path(checkpoint).read_text(encoding="utf-8"))["done"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return data is not None and bool(json.loads(data)["done"])
+    except (ValueError, KeyError, TypeError):
         return False
 
 
@@ -362,18 +441,18 @@ def write_fences(checkpoint: str | os.PathLike[str], fences: list[Fence]) -> Non
         ``((stream, partition, key_bucket, factor), next_offset)`` entries.
     """
     entries = sorted([[*key, int(offset)] for key, offset in fences])
-    _write_json(elastic_dir(checkpoint), FENCES_FILE, {"fences": entries})
+    _write_json(checkpoint, FENCES_FILE, {"fences": entries})
 
 
-def read_fences(path: str | os.PathLike[str]) -> list[Fence]:
-    """The fences in a ``fences.json`` (empty when there is none; driver)."""
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+def read_fences(checkpoint: str | os.PathLike[str]) -> list[Fence]:
+    """The checkpoint's output fences (empty when it has none; driver)."""
+    data, path = _read(checkpoint, ELASTIC_DIR, FENCES_FILE)
+    if data is None:
         return []
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read the output fences ({exc})") from None
-    return fences_of(document)
+    try:
+        return fences_of(json.loads(data))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: cannot read the output fences ({exc!r})") from None
 
 
 def fences_of(document: Mapping[str, Any]) -> list[Fence]:
@@ -383,25 +462,25 @@ def fences_of(document: Mapping[str, Any]) -> list[Fence]:
 
 def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
     """The checkpoint's job, or ``None`` if spark-elastic never ran a query on it."""
-    path = elastic_dir(checkpoint) / JOB_FILE
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data, path = _read(checkpoint, ELASTIC_DIR, JOB_FILE)
+    if data is None:
         return None
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
+    try:
+        document = json.loads(data)
+    except ValueError as exc:  # bad JSON, or bytes that are not UTF-8
         raise CheckpointError(f"{path}: cannot read the job file ({exc})") from None
-    return JobSpec.from_json(document, str(path))
+    return JobSpec.from_json(document, path)
 
 
 def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") -> JobSpec:
     """The checkpoint's job, or a clear error if it is missing or not spark-elastic's."""
-    path = checkpoint_path(checkpoint)
-    if not path.is_dir():
-        raise CheckpointError(f"{role} {str(path)!r} does not exist")
+    storage, path = _files(checkpoint)
+    if not storage.exists(path):
+        raise CheckpointError(f"{role} {path!r} does not exist")
     job = read_job(path)
     if job is None:
         raise CheckpointError(
-            f"{role} {str(path)!r} has no {ELASTIC_DIR}/{JOB_FILE}: it was not written by a "
+            f"{role} {path!r} has no {ELASTIC_DIR}/{JOB_FILE}: it was not written by a "
             "spark-elastic stateful query"
         )
     return job
@@ -419,32 +498,27 @@ def read_state(
     frame twice then sees the same state even if a batch commits in between),
     else of the last committed batch. ``None`` when the checkpoint has no state yet.
     """
-    if not (checkpoint_path(checkpoint) / "state").is_dir():
+    storage, root = _files(checkpoint)
+    if not storage.exists(storage.join(root, "state")):
         return None
     reader = spark.read.format("statestore").option("stateVarName", variable)
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
-    return reader.load(os.fspath(checkpoint_path(checkpoint)))
+    return reader.load(root)
 
 
 def write_job(checkpoint: str | os.PathLike[str], job: JobSpec) -> None:
-    """Write ``job.json`` atomically (temporary file, fsync, rename)."""
-    _write_json(elastic_dir(checkpoint), JOB_FILE, job.to_json(), indent=2)
+    """Write ``job.json``, visible whole or not at all."""
+    _write_json(checkpoint, JOB_FILE, job.to_json(), indent=2)
 
 
-def _write_json(directory: Path, name: str, document: Any, indent: int | None = None) -> None:
-    """Replace ``directory/name`` with ``document`` atomically (temporary file, fsync, rename)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(document, out, indent=indent)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, directory / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write_json(
+    checkpoint: str | os.PathLike[str], name: str, document: Any, indent: int | None = None
+) -> None:
+    """Replace ``_spark_elastic/name`` with ``document``, visible whole or not at all."""
+    storage, root = _files(checkpoint)
+    data = json.dumps(document, indent=indent).encode("utf-8")
+    storage.put(storage.join(root, ELASTIC_DIR, name), data)
 
 
 @dataclass(frozen=True)
@@ -476,27 +550,27 @@ class CommittedBatch:
 
 def is_fresh(checkpoint: str | os.PathLike[str]) -> bool:
     """Whether no micro-batch was ever planned in ``checkpoint``."""
-    return not _batch_ids(Path(checkpoint) / "offsets")
+    return not _batch_ids(checkpoint, "offsets")
 
 
 def never_committed(checkpoint: str | os.PathLike[str]) -> bool:
     """Whether no micro-batch ever committed in ``checkpoint`` (batch 0 may have been tried)."""
-    return not _batch_ids(Path(checkpoint) / "commits")
+    return not _batch_ids(checkpoint, "commits")
 
 
 def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
     """The last batch of a checkpoint, or ``None`` when no batch was ever planned."""
-    offsets_dir = checkpoint_path(checkpoint) / "offsets"
-    ids = _batch_ids(offsets_dir)
+    ids = _batch_ids(checkpoint, "offsets")
     if not ids:
         return None
     last = ids[-1]
-    committed = (checkpoint_path(checkpoint) / "commits" / str(last)).is_file()
+    storage, root = _files(checkpoint)
+    committed = storage.exists(storage.join(root, "commits", str(last)))
     conf: Mapping[str, str] = {}
     offsets: SourceOffsets = {}
     source_batch = last if committed else last - 1
     if source_batch >= 0:
-        conf, offsets = _read_offset_log(offsets_dir / str(source_batch))
+        conf, offsets = _read_offset_log(checkpoint, source_batch)
     return CommittedBatch(last, committed, offsets, conf)
 
 
@@ -507,9 +581,8 @@ def pinned_conf(checkpoint: str | os.PathLike[str]) -> Mapping[str, str]:
     entry, committed or not (a failed batch 0 included), whatever its session
     says: so this, not :attr:`CommittedBatch.conf`, is what its next start runs with.
     """
-    offsets_dir = checkpoint_path(checkpoint) / "offsets"
-    ids = _batch_ids(offsets_dir)
-    return _read_offset_log(offsets_dir / str(ids[-1]))[0] if ids else {}
+    ids = _batch_ids(checkpoint, "offsets")
+    return _read_offset_log(checkpoint, ids[-1])[0] if ids else {}
 
 
 def batch_offsets(checkpoint: str | os.PathLike[str], batch_id: int) -> SourceOffsets:
@@ -523,23 +596,30 @@ def batch_offsets(checkpoint: str | os.PathLike[str], batch_id: int) -> SourceOf
     CheckpointError
         The entry is missing or unreadable.
     """
-    return _read_offset_log(checkpoint_path(checkpoint) / "offsets" / str(batch_id))[1]
+    return _read_offset_log(checkpoint, batch_id)[1]
 
 
-def _batch_ids(offsets_dir: Path) -> list[int]:
+def _batch_ids(checkpoint: str | os.PathLike[str], log: str) -> list[int]:
+    """The batch ids in Spark's ``offsets/`` or ``commits/`` log, in order."""
+    storage, root = _files(checkpoint)
+    where = storage.join(root, log)
     try:
-        names = [p.name for p in offsets_dir.iterdir()]
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise CheckpointError(f"{offsets_dir}: cannot list Spark's offset log ({exc})") from None
+        names = storage.list(where)
+    except StorageError as exc:
+        what = "offset log" if log == "offsets" else "commit log"
+        raise CheckpointError(f"{where}: cannot list Spark's {what} ({exc})") from None
     return sorted(int(name) for name in names if re.fullmatch(r"[0-9]+", name))
 
 
-def _read_offset_log(path: Path) -> tuple[Mapping[str, str], SourceOffsets]:
+def _read_offset_log(
+    checkpoint: str | os.PathLike[str], batch_id: int
+) -> tuple[Mapping[str, str], SourceOffsets]:
     """``offsets/N``: ``v1``, the batch metadata, then one offset line per source."""
+    data, path = _read(checkpoint, "offsets", str(batch_id))
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        if data is None:
+            raise FileNotFoundError(path)
+        lines = data.decode("utf-8").splitlines()
         metadata = json.loads(lines[1])
         merged: SourceOffsets = {}
         for line in lines[2:]:
@@ -553,7 +633,16 @@ def _read_offset_log(path: Path) -> tuple[Mapping[str, str], SourceOffsets]:
 
 
 class OwnerLock:
-    """The driver-held ``flock`` that marks a checkpoint as in use by a running query.
+    """Marks a checkpoint as in use by a running query of this driver.
+
+    On the local disk, a ``flock`` on ``_spark_elastic/owner.lock`` (the OS
+    releases it if the driver dies). Elsewhere, no lock outlives its holder:
+    ``_spark_elastic/owner.json`` is created only if absent, naming this
+    driver's host and process, and deleted when the query ends. One left by a
+    driver that died is taken over when it names a process of this host that
+    is gone; else the refusal names it, for the operator to remove. (A running
+    job never meets one: each generation of a container has a checkpoint of
+    its own, see ``runtime/container/generations.py``.)
 
     One lock per checkpoint per process: acquiring again from the same process
     is a no-op, so a query can be rebuilt and restarted in one driver. A
@@ -562,64 +651,71 @@ class OwnerLock:
     refused for that moment.
     """
 
-    _held: ClassVar[dict[Path, int]] = {}
-    _runs: ClassVar[dict[Path, str]] = {}
+    _held: ClassVar[dict[str, tuple[str, int | str]]] = {}
+    """Per lock: the checkpoint and the handle (a descriptor, or the owner object's token)."""
+    _runs: ClassVar[dict[str, str]] = {}
     _mutex: ClassVar[threading.Lock] = threading.Lock()
+
+    @staticmethod
+    def _key(checkpoint: str | os.PathLike[str]) -> tuple[str, bool]:
+        """The lock's path (resolved, on the local disk) and whether it is local."""
+        storage, root = _files(checkpoint)
+        if storage.scheme == "file":
+            return str((Path(root) / ELASTIC_DIR / _LOCK_FILE).resolve()), True
+        return storage.join(root, ELASTIC_DIR, _OWNER_OBJECT), False
 
     @classmethod
     def acquire(cls, checkpoint: str | os.PathLike[str]) -> None:
         """Take the lock, or raise :class:`CheckpointError` if another process holds it."""
-        path = (elastic_dir(checkpoint) / _LOCK_FILE).resolve()
+        key, local = cls._key(checkpoint)
         with cls._mutex:
-            if path in cls._held:
+            if key in cls._held:
                 # A new run is being set up: the previous run's late termination must not free it.
-                cls._runs.pop(path, None)
+                cls._runs.pop(key, None)
                 return
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise CheckpointError(
-                    f"checkpoint {os.fspath(checkpoint)!r} is in use by a running query in "
-                    "another process; stop it first"
-                ) from None
-            cls._held[path] = fd
+            handle = _lock_local(key, checkpoint) if local else _claim_object(key, checkpoint)
+            cls._held[key] = (os.fspath(checkpoint), handle)
 
     @classmethod
     def release(cls, checkpoint: str | os.PathLike[str]) -> None:
         """Give the lock up (no-op if this process does not hold it)."""
-        path = (elastic_dir(checkpoint) / _LOCK_FILE).resolve()
+        key, _ = cls._key(checkpoint)
         with cls._mutex:
-            fd = cls._held.pop(path, None)
-            cls._runs.pop(path, None)
-        if fd is not None:
+            held = cls._held.pop(key, None)
+            cls._runs.pop(key, None)
+        if held is None:
+            return
+        handle = held[1]
+        if isinstance(handle, int):
             with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            os.close(handle)
+            return
+        storage, _ = _files(checkpoint)
+        data = storage.read(key)
+        if data is not None and _owner_of(data).get("token") == handle:
+            storage.delete(key)
 
     @classmethod
-    def bind_run(cls, query_id: str, run_id: str, id_of: Callable[[Path], str | None]) -> None:
+    def bind_run(cls, query_id: str, run_id: str, id_of: Callable[[str], str | None]) -> None:
         """Tie the held, unbound lock of the checkpoint of query ``query_id`` to ``run_id``."""
         with cls._mutex:
-            for path in cls._held:
-                checkpoint = path.parent.parent
-                if path not in cls._runs and id_of(checkpoint) == query_id:
-                    cls._runs[path] = run_id
+            for key, (checkpoint, _) in cls._held.items():
+                if key not in cls._runs and id_of(checkpoint) == query_id:
+                    cls._runs[key] = run_id
 
     @classmethod
     def release_run(cls, run_id: str) -> None:
         """Release the lock bound to ``run_id`` (its run terminated)."""
         with cls._mutex:
-            paths = [p for p, r in cls._runs.items() if r == run_id]
-        for path in paths:
-            cls.release(path.parent.parent)
+            checkpoints = [cls._held[k][0] for k, r in cls._runs.items() if r == run_id]
+        for checkpoint in checkpoints:
+            cls.release(checkpoint)
 
     @classmethod
     def held_here(cls, checkpoint: str | os.PathLike[str]) -> bool:
         """Whether this process holds the checkpoint's lock."""
-        return (elastic_dir(checkpoint) / _LOCK_FILE).resolve() in cls._held
+        return cls._key(checkpoint)[0] in cls._held
 
     @classmethod
     @contextlib.contextmanager
@@ -632,3 +728,70 @@ class OwnerLock:
         finally:
             if not held:
                 cls.release(checkpoint)
+
+
+def _in_use(checkpoint: str | os.PathLike[str], by: str = "") -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {os.fspath(checkpoint)!r} is in use by a running query in another "
+        f"process{by}; stop it first"
+    )
+
+
+def _lock_local(path: str, checkpoint: str | os.PathLike[str]) -> int:
+    """``flock`` the local lock file; its descriptor."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _in_use(checkpoint) from None
+    return fd
+
+
+def _owner_of(data: bytes) -> dict[str, Any]:
+    try:
+        owner = json.loads(data)
+    except ValueError:
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _gone(owner: Mapping[str, Any]) -> bool:
+    """Whether an owner object names a process of this host that no longer runs."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _claim_object(path: str, checkpoint: str | os.PathLike[str]) -> str:
+    """Create the owner object only if absent (taking over a dead local owner's); its token."""
+    storage, _ = _files(checkpoint)
+    token = uuid.uuid4().hex
+    document = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "since": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "token": token,
+    }
+    data = json.dumps(document).encode("utf-8")
+    for _ in range(2):
+        if storage.create(path, data):
+            return token
+        found = storage.read(path)
+        owner = _owner_of(found) if found is not None else {}
+        if found is not None and not _gone(owner):
+            raise _in_use(
+                checkpoint,
+                f" ({owner.get('host', '?')}, pid {owner.get('pid', '?')}, since "
+                f"{owner.get('since', '?')}; if that driver is gone, delete {path})",
+            )
+        if found is not None:
+            storage.delete(path)  # its driver died on this host: the lock is free
+    raise _in_use(checkpoint, f" (another driver took {path} meanwhile)")

@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -59,24 +58,24 @@ from spark_elastic.dataplane.transforms import (
     streaming_sources,
     with_virtual_tasks,
 )
-from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError
+from spark_elastic.errors import ArgumentError, ArgumentTypeError, CheckpointError, StorageError
 from spark_elastic.model.groupers import plan_job
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.state.checkpoint_dir import (
     Fence,
     JobSpec,
     OwnerLock,
-    checkpoint_path,
     fences_of,
+    has_seed,
     is_fresh,
     last_batch,
     never_committed,
     pinned_conf,
     read_job,
-    seed_dir,
     write_bootstrap,
     write_job,
 )
+from spark_elastic.state.checkpoint_dir import checkpoint_location as checkpoint_location_of
 from spark_elastic.state.chunks import (
     LAYOUT_VERSION,
     Entries,
@@ -106,6 +105,7 @@ from spark_elastic.state.query_settings import (
     install_start_hook,
 )
 from spark_elastic.state.shipped import Shipped, ship_bootstrap, ship_fences
+from spark_elastic.storage import storage_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -1080,7 +1080,7 @@ def with_task_state(
     if partitions is not None:
         _stream_inputs(partitions, system)  # refuse a bad argument now, not when applied
     owned = None if tasks is None else tuple(sorted(set(tasks)))
-    checkpoint = checkpoint_path(checkpoint_location, "checkpoint_location")
+    checkpoint = checkpoint_location_of(checkpoint_location, "checkpoint_location")
     if state_partitions is not None and (
         isinstance(state_partitions, bool)
         or not isinstance(state_partitions, int)
@@ -1209,7 +1209,7 @@ def _check_owned(plan: JobPlan, owned: tuple[str, ...] | None) -> None:
 
 
 def _claim(
-    spark: SparkSession, checkpoint: Path, spec: JobSpec, plan: JobPlan, explicit: bool
+    spark: SparkSession, checkpoint: str, spec: JobSpec, plan: JobPlan, explicit: bool
 ) -> tuple[JobSpec, JobPlan]:
     """Lock the checkpoint for this driver and make sure it belongs to this job and shape.
 
@@ -1283,7 +1283,7 @@ def _claim(
     return continued, continued_plan
 
 
-def _state_partitions(spark: SparkSession, checkpoint: Path, owned: int, asked: int | None) -> int:
+def _state_partitions(spark: SparkSession, checkpoint: str, owned: int, asked: int | None) -> int:
     """The query's state partition count: its checkpoint's, else ``asked``, else the default.
 
     Runs on the driver, once per transform. The default is the tasks the
@@ -1308,7 +1308,7 @@ def _state_partitions(spark: SparkSession, checkpoint: Path, owned: int, asked: 
 _KAFKA_LIKE = ("subscribe", "assign", "subscribepattern")
 
 
-def _check_starting_offsets(df: DataFrame, checkpoint: Path) -> None:
+def _check_starting_offsets(df: DataFrame, checkpoint: str) -> None:
     """Refuse a rescaled checkpoint's first start above the offsets its buckets need.
 
     Runs on the driver, once per transform. Starting lower is safe (bucket
@@ -1380,7 +1380,7 @@ def _run(
     processor: TaskProcessor,
     routed: DataFrame,
     routing: VirtualTaskRouting,
-    checkpoint: Path,
+    checkpoint: str,
     spec: JobSpec,
     bucket_checkpoints: bool,
     key_column: str = "key",
@@ -1435,10 +1435,10 @@ def _run(
         bootstrap_done=ship_bootstrap(spark, checkpoint) if bootstrap else None,
     )
     initial = None
-    seed = seed_dir(checkpoint)
     # A failed batch 0 is re-run from empty state: the seed must come along again.
-    if never_committed(checkpoint) and seed.is_dir():
-        initial = spark.read.parquet(str(seed)).groupBy("routing_key")
+    seed = has_seed(checkpoint) if never_committed(checkpoint) else None
+    if seed is not None:
+        initial = spark.read.parquet(seed).groupBy("routing_key")
     result = routed.groupBy("routing_key").transformWithStateInPandas(
         _as_stateful_processor(stateful),
         out_ddl,
@@ -1565,12 +1565,12 @@ class _BootstrapWatch:
     """
 
     _watched: ClassVar[
-        dict[Path, tuple[SparkSession, tuple[str, ...], dict[tuple[str, str], int] | None]]
+        dict[str, tuple[SparkSession, tuple[str, ...], dict[tuple[str, str], int] | None]]
     ] = {}
     _mutex: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
-    def watch(cls, spark: SparkSession, checkpoint: Path, streams: tuple[str, ...]) -> None:
+    def watch(cls, spark: SparkSession, checkpoint: str, streams: tuple[str, ...]) -> None:
         _release_lock_when_query_ends(spark)  # registers the listener that calls progress()
         with cls._mutex:
             cls._watched[checkpoint] = (spark, streams, None)
@@ -1624,10 +1624,10 @@ def _offsets_in(
     return found
 
 
-def _query_id(checkpoint: Path) -> str | None:
-    import json
-
+def _query_id(checkpoint: str) -> str | None:
+    """The id in Spark's ``metadata`` file of the checkpoint (driver, once per query start)."""
     try:
-        return str(json.loads((checkpoint / "metadata").read_text())["id"])
-    except (OSError, ValueError, KeyError):
+        data = storage_for(checkpoint).read(storage_for(checkpoint).join(checkpoint, "metadata"))
+        return None if data is None else str(json.loads(data)["id"])
+    except (StorageError, ValueError, KeyError):
         return None

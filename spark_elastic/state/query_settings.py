@@ -19,7 +19,9 @@ without it: at 32 state partitions a micro-batch took 4.3 s instead of 5.4
 CPU-seconds instead of 246 (docs/stateful.md#checkpoint-files). Its one
 difference, a rename that does not refuse an existing file by itself, is
 covered by what already keeps one writer per checkpoint (its owner lock,
-the coordinator's leases). A session that names a manager keeps it.
+the coordinator's leases). A session that names a manager keeps it. A
+checkpoint off the local disk (HDFS, S3) keeps Spark's default, whose
+rename without overwrite is the NameNode's own atomic step.
 
 So the settings travel with the query's plan: ``with_task_state`` records its
 state partition count as the ``state_partitions`` metric of its ``spark_elastic``
@@ -58,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.dataplane.session import ROCKSDB_PROVIDER
 from spark_elastic.errors import ArgumentError
+from spark_elastic.storage import is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -215,6 +218,11 @@ def _with_query_settings(original: Callable[..., Any], observation: str) -> Call
                 return original(self, *args, **kwargs)
             if original.__name__ == "start":
                 _check_file_sink(self._jwrite, args, kwargs)
+            location = _checkpoint_location(self._jwrite, kwargs)
+            if location is not None and not is_local(location):
+                # Off the local disk, Spark's own FileContext manager: its rename without
+                # overwrite is atomic at an HDFS NameNode (the FileSystem one checks first).
+                settings.pop(CHECKPOINT_MANAGER_KEY, None)
             with session_settings(self._spark, settings):
                 return original(self, *args, **kwargs)
 
@@ -244,7 +252,7 @@ def _check_file_sink(jwrite: Any, args: tuple[Any, ...], kwargs: Mapping[str, An
     options = _writer_options(jwrite)
     source = str(source or options.get("__source__") or "").lower()
     path = path or options.get("path")
-    location = kwargs.get("checkpointLocation") or options.get("checkpointlocation")
+    location = _checkpoint_location(jwrite, kwargs, options)
     if source not in _FILE_SINKS or not path or not location:
         return
     try:
@@ -262,6 +270,17 @@ def _check_file_sink(jwrite: Any, args: tuple[Any, ...], kwargs: Mapping[str, An
             "without a word: write to a new path (for example a sibling named after the new "
             "checkpoint)"
         )
+
+
+def _checkpoint_location(
+    jwrite: Any, kwargs: Mapping[str, Any], options: Mapping[str, str] | None = None
+) -> str | None:
+    """The ``checkpointLocation`` a start names (argument or writer option), if any."""
+    given = kwargs.get("checkpointLocation")
+    if given:
+        return str(given)
+    found = (options if options is not None else _writer_options(jwrite)).get("checkpointlocation")
+    return str(found) if found else None
 
 
 def _writer_options(jwrite: Any) -> dict[str, str]:

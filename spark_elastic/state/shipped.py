@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.errors import CheckpointError
 from spark_elastic.state.checkpoint_dir import (
     bootstrapped,
-    fences_path,
     read_fences,
 )
 
@@ -168,7 +167,7 @@ def ship_fences(spark: SparkSession, checkpoint: str | os.PathLike[str]) -> Ship
     the fences while it runs, after writing the file.
     """
     shipped = Shipped.of("fences", checkpoint)
-    entries = sorted([[*key, offset] for key, offset in read_fences(fences_path(checkpoint))])
+    entries = sorted([[*key, offset] for key, offset in read_fences(checkpoint)])
     ship(spark, shipped, {"fences": entries})
     return shipped
 

@@ -15,7 +15,7 @@ loads neither.
 from spark_elastic.storage.commits import Commit, CommitLog
 from spark_elastic.storage.files import LocalStorage, Storage, is_local, scheme_of
 from spark_elastic.storage.hadoop import COMMIT_SCHEMES
-from spark_elastic.storage.resolve import open_storage
+from spark_elastic.storage.resolve import open_storage, storage_for
 
 __all__ = [
     "COMMIT_SCHEMES",
@@ -26,4 +26,5 @@ __all__ = [
     "is_local",
     "open_storage",
     "scheme_of",
+    "storage_for",
 ]

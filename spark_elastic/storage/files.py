@@ -98,7 +98,10 @@ class Storage(ABC):
 
     @abstractmethod
     def list(self, directory: str) -> list[str]:
-        """The names (not paths) in ``directory``, sorted; empty if it does not exist."""
+        """The names (not paths) in ``directory``, sorted; empty if it does not exist.
+
+        A file where the directory should be is a :class:`StorageError`, not empty.
+        """
 
     @abstractmethod
     def exists(self, path: str) -> bool:
@@ -157,7 +160,7 @@ class LocalStorage(Storage):
     def list(self, directory: str) -> list[str]:
         try:
             return sorted(os.listdir(local_path(directory)))
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             return []
         except OSError as exc:
             raise _local_error(local_path(directory), "list", exc) from None

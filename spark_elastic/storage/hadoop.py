@@ -192,6 +192,11 @@ class HadoopStorage(Storage):
             if _java_class(exc) in _MISSING:
                 return []
             raise _error(directory, "list", exc) from None
+        if len(statuses) == 1 and statuses[0].isFile():
+            # Hadoop lists a file as itself: a file where the directory should be.
+            listed = self._Path(directory)
+            if self._call(directory, "look up", self._fs.getFileStatus, listed).isFile():
+                raise StorageError(f"{directory}: cannot list (it is a file, not a directory)")
         return sorted(str(status.getPath().getName()) for status in statuses)
 
     def exists(self, path: str) -> bool:

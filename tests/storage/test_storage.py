@@ -127,6 +127,8 @@ def test_put_replaces_read_list_and_delete_say_what_is_there(place: Place) -> No
     assert storage.list(place.path("d")) == ["a", "b"]
     storage.copy(place.path("d", "a"), place.path("e", "a"))
     assert storage.read(place.path("e", "a")) == b"22"
+    with pytest.raises(StorageError, match="cannot list"):  # a file is no empty directory
+        storage.list(place.path("e", "a"))
     storage.delete(place.path("d"))
     storage.delete(place.path("d"))  # nothing there: no error
     assert storage.list(place.path("d")) == []

@@ -27,7 +27,7 @@ from spark_elastic.runtime.container.query import covers, needed_partitions
 from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.protocol import ContainerModel
 from spark_elastic.runtime.sinks import TRANSACTIONAL, sink_guarantee
-from spark_elastic.state.checkpoint_dir import Fence, fences_path, read_fences, write_fences
+from spark_elastic.state.checkpoint_dir import Fence, read_fences, write_fences
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +78,7 @@ def _fence_published(
     _log(f"the sink has output of {len(fences)} key buckets' records already: fenced")
     if job.processor is None:
         return fences
-    write_fences(mine.checkpoint, highest([*read_fences(fences_path(mine.checkpoint)), *fences]))
+    write_fences(mine.checkpoint, highest([*read_fences(mine.checkpoint), *fences]))
     return []
 
 
@@ -144,7 +144,7 @@ def _prepare_checkpoint(
     # A source that replayed an earlier owner and had not passed its fences yet: what is
     # below them was published by that owner, so it stays quiet here too (a fork copies
     # the file; a rescale does not).
-    carried = sorted({f for source in mine.sources for f in read_fences(fences_path(source))})
+    carried = sorted({f for source in mine.sources for f in read_fences(source)})
     if carried:
         write_fences(target, carried)
     return _rescaled_starts(target, plan, mine)

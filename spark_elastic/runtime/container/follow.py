@@ -49,7 +49,6 @@ from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import (
     Fence,
-    fences_path,
     last_batch,
     read_fences,
     read_job,
@@ -182,7 +181,7 @@ def source_fences(sources: Sequence[str], plan_at: Callable[[int], JobPlan]) -> 
     """
     fences: list[Fence] = []
     for source in sources:
-        own = read_fences(fences_path(source))
+        own = read_fences(source)
         spec, batch = read_job(source), last_batch(source)
         if spec is None or batch is None or (not batch.committed and batch.batch_id == 0):
             fences.extend(own)

@@ -1,0 +1,112 @@
+"""A stateful query checkpoints on HDFS and on S3 as it does on the local disk.
+
+``with_task_state(checkpoint_location="hdfs://..." or "s3a://...")``: Spark
+keeps its offsets, commits and RocksDB state there, and the library its
+``_spark_elastic/`` files (the job, the owner object) through the same
+Hadoop file system, reached from the driver with the session's settings. A
+query stopped and started again resumes from what it committed there: each
+record counted once. Nothing goes to a local directory named after the URI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import storage_jvm
+from pyspark.sql import SparkSession
+from stateful_job import TOPIC, Job, run_to_end
+
+from spark_elastic.state.checkpoint_dir import read_job
+from spark_elastic.storage import open_storage
+
+pytestmark = pytest.mark.slow
+
+
+def _reach(spark: SparkSession, server: storage_jvm.StorageServer) -> None:
+    """Point the session's Hadoop at ``server`` (what ``spark.hadoop.*`` does at start)."""
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    for key, value in server.hadoop.items():
+        conf.set(key, value)
+
+
+def _wait_for(condition: object, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _counted_once(job: Job, records: int) -> None:
+    """Every record's running count is in the output exactly once, in offset order per key."""
+    rows = sorted(job.output().collect(), key=lambda r: (r["key"], r["count"]))
+    assert len(rows) == records
+    by_key: dict[str, list[tuple[int, int]]] = {}
+    for row in rows:
+        by_key.setdefault(row["key"], []).append((row["count"], row["offset"]))
+    for key, seen in by_key.items():
+        assert [c for c, _ in seen] == list(range(1, len(seen) + 1)), key
+        assert [o for _, o in seen] == sorted(o for _, o in seen), key
+
+
+@pytest.mark.parametrize("file_system", ["hdfs", "s3"])
+def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactly(
+    spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    file_system: str,
+) -> None:
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
+    _reach(spark, server)
+    monkeypatch.chdir(tmp_path)
+    checkpoint = f"{server.uri}/checkpoints-{uuid.uuid4().hex[:12]}/cp"
+    storage = open_storage(checkpoint, spark)
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    options = {"elasticity_factor": 2, "partitions": job.log.partition_counts([TOPIC])}
+
+    job.produce(150)
+    run_to_end(job, checkpoint, tmp_path / "out", **options)
+    assert read_job(checkpoint) is not None
+    assert read_job(checkpoint).elasticity_factor == 2  # type: ignore[union-attr]
+    assert storage.list(storage.join(checkpoint, "commits")), "Spark committed there"
+    assert storage.list(storage.join(checkpoint, "state")), "its state is there too"
+
+    # A running query holds the owner object, naming this driver; it is gone once it ends.
+    job.produce(100)
+    owner = storage.join(checkpoint, "_spark_elastic", "owner.json")
+    query = job.start(
+        checkpoint,  # type: ignore[arg-type]
+        2,
+        None,
+        "",
+        tmp_path / "out",
+        10_000,
+        available_now=False,
+        interval="200 milliseconds",
+    )
+    try:
+        query.processAllAvailable()
+        # Spark's own FileContext manager off the local disk (its rename is atomic on HDFS).
+        session = query._jsq.streamingQuery().sparkSessionForStream()  # type: ignore[attr-defined]
+        assert not session.conf().contains("spark.sql.streaming.checkpointFileManagerClass")
+        held = storage.read(owner)
+        assert held is not None
+        assert json.loads(held)["pid"] == os.getpid()
+    finally:
+        query.stop()
+    _wait_for(lambda: not storage.exists(owner), "the owner object to be deleted")
+
+    job.produce(50)
+    run_to_end(job, checkpoint, tmp_path / "out", **options)
+    _counted_once(job, 300)
+    assert sorted(os.listdir(tmp_path)) == ["job", "out"], "nothing written anywhere else"
+    storage.delete(checkpoint.rsplit("/", 1)[0])
