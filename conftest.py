@@ -57,9 +57,10 @@ STORIES = {
         "test_job_autoscale.py",
         "test_job_run_kafka.py::test_a_stateless_job_on_kafka",
         "test_job_run_in_time.py",
-        # One worker runs both storage files, so one MiniDFSCluster and one s3proxy serve them.
+        # One worker runs the storage files, so one MiniDFSCluster and one s3proxy serve them.
         "test_storage.py",
         "test_storage_jobs.py",
+        "test_storage_checkpoints.py",
     ),
 }
 

@@ -83,6 +83,7 @@ __all__ = [
     "read_job",
     "read_state",
     "require_job",
+    "storage_of",
     "write_bootstrap",
     "write_fences",
     "write_job",
@@ -360,8 +361,9 @@ def checkpoint_location(location: str | os.PathLike[str], name: str = "checkpoin
     return text.rstrip("/")
 
 
-def _files(checkpoint: str | os.PathLike[str]) -> tuple[Storage, str]:
-    """The storage a checkpoint is on and its root there (driver)."""
+def storage_of(checkpoint: str | os.PathLike[str]) -> tuple[Storage, str]:
+    """The storage a checkpoint is on and its root there (driver; remote ones opened once
+    per file system and Spark context)."""
     text = os.fspath(checkpoint)
     if is_local(text):
         return storage_for(text), str(checkpoint_path(text))
@@ -370,7 +372,7 @@ def _files(checkpoint: str | os.PathLike[str]) -> tuple[Storage, str]:
 
 def _read(checkpoint: str | os.PathLike[str], *names: str) -> tuple[bytes | None, str]:
     """A file of the checkpoint (None if missing) and its path, for errors."""
-    storage, root = _files(checkpoint)
+    storage, root = storage_of(checkpoint)
     path = storage.join(root, *names)
     return storage.read(path), path
 
@@ -387,7 +389,7 @@ def seed_dir(checkpoint: str | os.PathLike[str]) -> Path:
 
 def has_seed(checkpoint: str | os.PathLike[str]) -> str | None:
     """Where the checkpoint's rescaled seed is, for Spark to read; None if it has none."""
-    storage, root = _files(checkpoint)
+    storage, root = storage_of(checkpoint)
     seed = storage.join(root, ELASTIC_DIR, SEED_DIR)
     return seed if storage.exists(seed) else None
 
@@ -474,7 +476,7 @@ def read_job(checkpoint: str | os.PathLike[str]) -> JobSpec | None:
 
 def require_job(checkpoint: str | os.PathLike[str], role: str = "checkpoint") -> JobSpec:
     """The checkpoint's job, or a clear error if it is missing or not spark-elastic's."""
-    storage, path = _files(checkpoint)
+    storage, path = storage_of(checkpoint)
     if not storage.exists(path):
         raise CheckpointError(f"{role} {path!r} does not exist")
     job = read_job(path)
@@ -498,7 +500,7 @@ def read_state(
     frame twice then sees the same state even if a batch commits in between),
     else of the last committed batch. ``None`` when the checkpoint has no state yet.
     """
-    storage, root = _files(checkpoint)
+    storage, root = storage_of(checkpoint)
     if not storage.exists(storage.join(root, "state")):
         return None
     reader = spark.read.format("statestore").option("stateVarName", variable)
@@ -516,7 +518,7 @@ def _write_json(
     checkpoint: str | os.PathLike[str], name: str, document: Any, indent: int | None = None
 ) -> None:
     """Replace ``_spark_elastic/name`` with ``document``, visible whole or not at all."""
-    storage, root = _files(checkpoint)
+    storage, root = storage_of(checkpoint)
     data = json.dumps(document, indent=indent).encode("utf-8")
     storage.put(storage.join(root, ELASTIC_DIR, name), data)
 
@@ -564,7 +566,7 @@ def last_batch(checkpoint: str | os.PathLike[str]) -> CommittedBatch | None:
     if not ids:
         return None
     last = ids[-1]
-    storage, root = _files(checkpoint)
+    storage, root = storage_of(checkpoint)
     committed = storage.exists(storage.join(root, "commits", str(last)))
     conf: Mapping[str, str] = {}
     offsets: SourceOffsets = {}
@@ -601,7 +603,7 @@ def batch_offsets(checkpoint: str | os.PathLike[str], batch_id: int) -> SourceOf
 
 def _batch_ids(checkpoint: str | os.PathLike[str], log: str) -> list[int]:
     """The batch ids in Spark's ``offsets/`` or ``commits/`` log, in order."""
-    storage, root = _files(checkpoint)
+    storage, root = storage_of(checkpoint)
     where = storage.join(root, log)
     try:
         names = storage.list(where)
@@ -659,7 +661,7 @@ class OwnerLock:
     @staticmethod
     def _key(checkpoint: str | os.PathLike[str]) -> tuple[str, bool]:
         """The lock's path (resolved, on the local disk) and whether it is local."""
-        storage, root = _files(checkpoint)
+        storage, root = storage_of(checkpoint)
         if storage.scheme == "file":
             return str((Path(root) / ELASTIC_DIR / _LOCK_FILE).resolve()), True
         return storage.join(root, ELASTIC_DIR, _OWNER_OBJECT), False
@@ -691,7 +693,7 @@ class OwnerLock:
                 fcntl.flock(handle, fcntl.LOCK_UN)
             os.close(handle)
             return
-        storage, _ = _files(checkpoint)
+        storage, _ = storage_of(checkpoint)
         data = storage.read(key)
         if data is not None and _owner_of(data).get("token") == handle:
             storage.delete(key)
@@ -772,7 +774,7 @@ def _gone(owner: Mapping[str, Any]) -> bool:
 
 def _claim_object(path: str, checkpoint: str | os.PathLike[str]) -> str:
     """Create the owner object only if absent (taking over a dead local owner's); its token."""
-    storage, _ = _files(checkpoint)
+    storage, _ = storage_of(checkpoint)
     token = uuid.uuid4().hex
     document = {
         "host": socket.gethostname(),

@@ -17,6 +17,7 @@ every other scheme.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -104,6 +105,11 @@ class Storage(ABC):
         """
 
     @abstractmethod
+    def files(self, directory: str) -> builtins.list[tuple[str, int]]:
+        """Every file under ``directory``: its path relative to it (``a/b/c``) and its size,
+        sorted; empty if it does not exist."""
+
+    @abstractmethod
     def exists(self, path: str) -> bool:
         """Whether a file or directory is at ``path``."""
 
@@ -112,8 +118,12 @@ class Storage(ABC):
         """Remove ``path`` and everything under it; nothing there is no error."""
 
     @abstractmethod
-    def copy(self, source: str, target: str) -> None:
-        """Copy the file ``source`` to ``target`` (replacing it), e.g. a fork's files."""
+    def copy(self, source: str, target: str) -> bool:
+        """Copy the file ``source`` to ``target`` (replacing it), e.g. a fork's files.
+
+        Returns False, copying nothing, if there is no file ``source`` (it may
+        have been deleted since it was listed).
+        """
 
     def join(self, base: str, *names: str) -> str:
         """``base/name/...`` (URIs join with ``/`` whatever the platform)."""
@@ -165,6 +175,17 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise _local_error(local_path(directory), "list", exc) from None
 
+    def files(self, directory: str) -> builtins.list[tuple[str, int]]:
+        root = local_path(directory)
+        found: builtins.list[tuple[str, int]] = []
+        for folder, _, names in os.walk(root):
+            base = os.path.relpath(folder, root)
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):  # deleted since the walk saw it
+                    size = os.stat(os.path.join(folder, name)).st_size
+                    found.append((name if base == "." else f"{base}/{name}", size))
+        return sorted(found)
+
     def exists(self, path: str) -> bool:
         return os.path.lexists(local_path(path))
 
@@ -180,13 +201,18 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise _local_error(target, "delete", exc) from None
 
-    def copy(self, source: str, target: str) -> None:
+    def copy(self, source: str, target: str) -> bool:
         dst = local_path(target)
         try:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copyfile(local_path(source), dst)
+        except FileNotFoundError as exc:
+            if os.path.exists(local_path(source)):
+                raise _local_error(local_path(source), f"copy to {dst}", exc) from None
+            return False
         except OSError as exc:
             raise _local_error(local_path(source), f"copy to {dst}", exc) from None
+        return True
 
     @staticmethod
     def _staged(target: str, data: bytes) -> str:

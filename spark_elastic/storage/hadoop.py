@@ -21,6 +21,7 @@ Other schemes are refused when the storage is opened, in one line.
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -199,26 +200,42 @@ class HadoopStorage(Storage):
                 raise StorageError(f"{directory}: cannot list (it is a file, not a directory)")
         return sorted(str(status.getPath().getName()) for status in statuses)
 
+    def files(self, directory: str) -> builtins.list[tuple[str, int]]:
+        base = self._Path(directory)
+        try:
+            # One flat listing on an object store, a walk on HDFS: Hadoop picks.
+            found = self._fs.listFiles(base, True)
+            prefix = str(self._fs.makeQualified(base).toUri().getPath()).rstrip("/") + "/"
+            names = []
+            while found.hasNext():
+                status = found.next()
+                path = str(status.getPath().toUri().getPath())
+                relative = path[len(prefix) :] if path.startswith(prefix) else path
+                names.append((relative, int(status.getLen())))
+        except Exception as exc:
+            if _java_class(exc) in _MISSING:
+                return []
+            raise _error(directory, "list", exc) from None
+        return sorted(names)
+
     def exists(self, path: str) -> bool:
         return bool(self._call(path, "look up", self._fs.exists, self._Path(path)))
 
     def delete(self, path: str) -> None:
         self._call(path, "delete", self._fs.delete, self._Path(path), True)
 
-    def copy(self, source: str, target: str) -> None:
+    def copy(self, source: str, target: str) -> bool:
         src, dst = self._Path(source), self._Path(target)
-        self._call(
-            source,
-            f"copy to {target}",
-            self._jvm.org.apache.hadoop.fs.FileUtil.copy,
-            self._fs,
-            src,
-            self._fs,
-            dst,
-            False,
-            True,
-            self._conf,
-        )
+        try:
+            return bool(
+                self._jvm.org.apache.hadoop.fs.FileUtil.copy(
+                    self._fs, src, self._fs, dst, False, True, self._conf
+                )
+            )
+        except Exception as exc:
+            if _java_class(exc) in _MISSING and not self.exists(source):
+                return False
+            raise _error(source, f"copy to {target}", exc) from None
 
     def _write(self, path: Any, data: bytes, overwrite: bool) -> None:
         self._finish(self._fs.create(path, overwrite), data)

@@ -6,6 +6,8 @@ keeps its offsets, commits and RocksDB state there, and the library its
 Hadoop file system, reached from the driver with the session's settings. A
 query stopped and started again resumes from what it committed there: each
 record counted once. Nothing goes to a local directory named after the URI.
+A fork there (what a new owner of a container's tasks starts from) copies
+the committed prefix and resumes where its source committed.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import storage_jvm
 from pyspark.sql import SparkSession
 from stateful_job import TOPIC, Job, run_to_end
 
-from spark_elastic.state.checkpoint_dir import read_job
-from spark_elastic.storage import open_storage
+from spark_elastic.errors import CheckpointError
+from spark_elastic.runtime.container.generations import fork_committed, is_forked
+from spark_elastic.state.checkpoint_dir import last_batch, read_job
+from spark_elastic.storage import Storage, open_storage
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +37,18 @@ def _reach(spark: SparkSession, server: storage_jvm.StorageServer) -> None:
     conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     for key, value in server.hadoop.items():
         conf.set(key, value)
+
+
+def _on(
+    request: pytest.FixtureRequest, spark: SparkSession, file_system: str, tmp_path: Path
+) -> tuple[str, Storage, Job]:
+    """A fresh directory on ``file_system``, its storage, and a job on the embedded log."""
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
+    _reach(spark, server)
+    base = f"{server.uri}/checkpoints-{uuid.uuid4().hex[:12]}"
+    return base, open_storage(base, spark), Job(spark, tmp_path / "job", random.Random(seed))
 
 
 def _wait_for(condition: object, what: str, timeout: float = 30) -> None:
@@ -63,14 +79,9 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     request: pytest.FixtureRequest,
     file_system: str,
 ) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
-    _reach(spark, server)
     monkeypatch.chdir(tmp_path)
-    checkpoint = f"{server.uri}/checkpoints-{uuid.uuid4().hex[:12]}/cp"
-    storage = open_storage(checkpoint, spark)
-    job = Job(spark, tmp_path / "job", random.Random(seed))
+    base, storage, job = _on(request, spark, file_system, tmp_path)
+    checkpoint = f"{base}/cp"
     options = {"elasticity_factor": 2, "partitions": job.log.partition_counts([TOPIC])}
 
     job.produce(150)
@@ -109,4 +120,42 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     run_to_end(job, checkpoint, tmp_path / "out", **options)
     _counted_once(job, 300)
     assert sorted(os.listdir(tmp_path)) == ["job", "out"], "nothing written anywhere else"
-    storage.delete(checkpoint.rsplit("/", 1)[0])
+    storage.delete(base)
+
+
+@pytest.mark.parametrize("file_system", ["hdfs", "s3"])
+def test_a_fork_on_a_remote_file_system_resumes_where_its_source_committed(
+    spark: SparkSession,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    file_system: str,
+) -> None:
+    base, storage, job = _on(request, spark, file_system, tmp_path)
+    source, fork = f"{base}/g1", f"{base}/g2"
+    options = {"elasticity_factor": 2, "partitions": job.log.partition_counts([TOPIC])}
+    job.produce(120)
+    run_to_end(job, source, tmp_path / "out-g1", **options)
+    committed = last_batch(source)
+    assert committed is not None
+    assert committed.committed
+
+    # A fork that died half-way left files but no marker: it is made again, whole.
+    storage.put(storage.join(fork, "state", "0", "0", "1.zip"), b"half a fork")
+    assert not is_forked(fork)
+    result = fork_committed(source, fork)
+    assert is_forked(fork)
+    assert result.last_committed == committed.batch_id
+    assert result.files > 0
+    assert result.bytes > 0
+    assert storage.read(storage.join(fork, "state", "0", "0", "1.zip")) != b"half a fork"
+    assert not storage.exists(storage.join(fork, "_spark_elastic", "owner.json"))
+    with pytest.raises(CheckpointError, match="exists already"):
+        fork_committed(source, fork)
+
+    job.produce(80)
+    # Spark's file sink logs batches by id beside its data, and the fork goes on with the
+    # source's ids: it writes where the source did (the source runs no more).
+    run_to_end(job, fork, tmp_path / "out-g1", **options)
+    _counted_once(job, 200)
+    assert last_batch(source) == committed, "the source is as it was"
+    storage.delete(base)

@@ -24,25 +24,43 @@ What is copied, for last committed batch ``N``:
 - ``_spark_elastic/job.json``, a rescale ``seed/`` and the output fences of a
   warm-up that replayed its old owners' records; never the owner lock.
 
-Files are hard-linked when the file system allows it (Spark and RocksDB
-never modify a checkpoint file in place: they write a temporary file and
-rename it), else copied. Local file systems only. Runs on the container's
-driver before its query starts; no Spark needed.
+On the local disk, files are hard-linked when the file system allows it
+(Spark and RocksDB never modify a checkpoint file in place: they write a
+temporary file and rename it), else copied, into a staging directory that
+one rename publishes. Hadoop has no hard links and S3 no atomic directory
+rename: there every kept file is copied (on the driver, through the
+storage layer), and a fork is whole once its ``_spark_elastic/forked.json``
+exists (written last, create-if-absent); a target without it is a fork that
+died half-way, deleted and made again (:func:`is_forked`). Runs on the
+container's driver before its query starts; Spark only for a remote
+checkpoint (its JVM reaches the file system).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from spark_elastic.errors import CheckpointError
-from spark_elastic.state.checkpoint_dir import ELASTIC_DIR, FENCES_FILE, JOB_FILE, SEED_DIR
+from spark_elastic.state.checkpoint_dir import (
+    ELASTIC_DIR,
+    FENCES_FILE,
+    JOB_FILE,
+    SEED_DIR,
+    storage_of,
+)
+from spark_elastic.storage import Storage
 
-__all__ = ["ForkResult", "fork_committed"]
+__all__ = ["FORKED_FILE", "ForkResult", "fork_committed", "is_forked"]
+
+FORKED_FILE = "forked.json"
+"""Written last into a fork off the local disk: the fork is whole."""
 
 # A checkpoint file name's leading number: "12", ".12.crc", "3.zip", "3_<uuid>.zip", "7.changelog".
 _NUMBERED = re.compile(r"^\.?(\d+)(?:[._]|$)")
@@ -185,7 +203,16 @@ def fork_committed(
         ``source`` is not a checkpoint directory or ``target`` exists. On any
         failure nothing is left at ``target``.
     """
-    src, dst = Path(source), Path(target)
+    src_storage, src_root = storage_of(source)
+    dst_storage, dst_root = storage_of(target)
+    if src_storage.scheme != "file" or dst_storage.scheme != "file":
+        if src_storage is not dst_storage:
+            raise CheckpointError(
+                f"fork: {src_root!r} and {dst_root!r} are on different file systems; a fork "
+                "copies within one"
+            )
+        return _fork_through(src_storage, src_root, dst_root, live, reopen_last)
+    src, dst = Path(src_root), Path(dst_root)
     if not (src / "metadata").is_file() and not (src / ELASTIC_DIR / JOB_FILE).is_file():
         raise CheckpointError(f"fork: {str(src)!r} is not a checkpoint directory")
     if dst.exists():
@@ -222,3 +249,58 @@ def fork_committed(
             shutil.rmtree(staging)
         raise
     return ForkResult(last, files, size)
+
+
+def is_forked(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` is a whole checkpoint made by :func:`fork_committed` (or any
+    checkpoint, on the local disk, where a fork appears whole by one rename)."""
+    storage, root = storage_of(target)
+    if storage.scheme == "file":
+        return storage.exists(root)
+    return storage.exists(storage.join(root, ELASTIC_DIR, FORKED_FILE))
+
+
+def _fork_through(
+    storage: Storage, src: str, dst: str, live: bool, reopen_last: bool
+) -> ForkResult:
+    """:func:`fork_committed` on a file system without links or atomic directory renames."""
+    listed = dict(storage.files(src))
+    if "metadata" not in listed and f"{ELASTIC_DIR}/{JOB_FILE}" not in listed:
+        raise CheckpointError(f"fork: {src!r} is not a checkpoint directory")
+    if storage.exists(dst):
+        if storage.exists(storage.join(dst, ELASTIC_DIR, FORKED_FILE)):
+            raise CheckpointError(
+                f"fork: target {dst!r} exists already; forks go to new generations"
+            )
+        storage.delete(dst)  # a fork that died half-way: no one ever ran on it
+    commits = _numbered_files(listed, "commits")
+    last = commits[-1] if commits else -1
+    rerun = None
+    if reopen_last and last >= 0:
+        planned = _numbered_files(listed, "offsets")
+        rerun = last + 1 if planned and planned[-1] > last else last
+    files = size = 0
+    for name, length in sorted(listed.items()):
+        relative = Path(name)
+        if not _keep(relative, last, rerun):
+            continue
+        if not storage.copy(storage.join(src, name), storage.join(dst, name)):
+            if not (live and relative.parts[0] == "state"):
+                raise CheckpointError(f"fork: {src}/{name} vanished while it was copied")
+            continue
+        files += 1
+        size += length
+    marker = json.dumps({"source": src, "lastCommitted": last, "files": files, "bytes": size})
+    if not storage.create(storage.join(dst, ELASTIC_DIR, FORKED_FILE), marker.encode()):
+        raise CheckpointError(f"fork: another fork into {dst!r} finished meanwhile")
+    return ForkResult(last, files, size)
+
+
+def _numbered_files(listed: Iterable[str], log: str) -> list[int]:
+    """The batch ids with a file of their own in ``offsets/`` or ``commits/``, in order."""
+    prefix = f"{log}/"
+    return sorted(
+        int(name[len(prefix) :])
+        for name in listed
+        if name.startswith(prefix) and name[len(prefix) :].isdigit()
+    )
