@@ -1,4 +1,9 @@
-"""``spark-elastic checkpoint show`` and ``spark-elastic rescale``: stateful checkpoints."""
+"""``spark-elastic checkpoint show`` and ``spark-elastic rescale``: stateful checkpoints.
+
+Checkpoints are local paths or URIs of HDFS, S3 and the other file systems
+Spark's Hadoop opens; ``--conf KEY=VALUE`` passes the settings that reach
+them (``spark.hadoop.*``, ``spark.jars``) to the command's Spark session.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ def register(subparsers: Any) -> None:
     )
     show.add_argument("checkpoint", metavar="CHECKPOINT_DIR")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _conf_argument(show)
     show.set_defaults(run=run_show)
 
     rescale = subparsers.add_parser(
@@ -42,7 +48,29 @@ def register(subparsers: Any) -> None:
         help="the new factor: a power of two from 1 to 1024",
     )
     rescale.add_argument("--json", action="store_true", help="print the result as JSON")
+    _conf_argument(rescale)
     rescale.set_defaults(run=run_rescale)
+
+
+def _conf_argument(parser: Any) -> None:
+    from spark_elastic.cli.job import _conf
+
+    parser.add_argument(
+        "--conf",
+        dest="conf",
+        action="append",
+        type=_conf,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the command's session (repeatable), e.g. "
+        "spark.hadoop.fs.s3a.endpoint=...",
+    )
+
+
+def _local(*locations: str) -> bool:
+    from spark_elastic.storage import is_local
+
+    return all(is_local(location) for location in locations)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -50,8 +78,9 @@ def run_show(args: argparse.Namespace) -> int:
     from spark_elastic.state.checkpoint_dir import require_job
     from spark_elastic.state.show import format_report, read_checkpoint
 
-    require_job(args.checkpoint)  # fail fast, before starting Spark
-    report = read_checkpoint(args.checkpoint, _spark())
+    if _local(args.checkpoint):
+        require_job(args.checkpoint)  # fail fast, before starting Spark
+    report = read_checkpoint(args.checkpoint, _spark(args.conf))
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -63,16 +92,19 @@ def run_show(args: argparse.Namespace) -> int:
 def run_rescale(args: argparse.Namespace) -> int:
     """Rescale, after every check that needs no Spark has passed."""
     from spark_elastic.model.names import validate_elasticity_factor
-    from spark_elastic.state.checkpoint_dir import checkpoint_path
+    from spark_elastic.state.checkpoint_dir import checkpoint_ref
     from spark_elastic.state.rescale import _check_target, rescale, stopped_source
 
     validate_elasticity_factor(args.elasticity_factor)
-    _check_target(
-        checkpoint_path(args.target, "--to"), [checkpoint_path(s, "--from") for s in args.sources]
-    )
+    target = checkpoint_ref(args.target, "--to")
+    sources = [checkpoint_ref(s, "--from") for s in args.sources]
+    spark = None
+    if not _local(args.target, *args.sources):
+        spark = _spark(args.conf)  # a remote file system is reached through its JVM
+    _check_target(target, sources)
     for source in args.sources:
-        stopped_source(source)
-    result = rescale(args.sources, args.target, args.elasticity_factor, _spark())
+        stopped_source(source, spark)
+    result = rescale(args.sources, args.target, args.elasticity_factor, spark or _spark(args.conf))
     if args.json:
         json.dump(
             {
@@ -97,7 +129,7 @@ def run_rescale(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spark() -> Any:
+def _spark(conf: list[tuple[str, str]] | None = None) -> Any:
     """A local session whose Spark logs only errors, from its very start (driver, once)."""
     from pathlib import Path
 
@@ -105,4 +137,5 @@ def _spark() -> Any:
 
     quiet = Path(__file__).with_name("quiet-log4j2.properties")
     options = f"-Xss16m -Dlog4j2.configurationFile={quiet.as_uri()}"
-    return local_session("spark-elastic-cli", conf={"spark.driver.extraJavaOptions": options})
+    settings = {"spark.driver.extraJavaOptions": options, **dict(conf or [])}
+    return local_session("spark-elastic-cli", conf=settings)

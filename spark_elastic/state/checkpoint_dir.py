@@ -74,6 +74,7 @@ __all__ = [
     "fences_of",
     "checkpoint_location",
     "checkpoint_path",
+    "checkpoint_ref",
     "has_seed",
     "is_fresh",
     "last_batch",
@@ -359,6 +360,12 @@ def checkpoint_location(location: str | os.PathLike[str], name: str = "checkpoin
             text,
         )
     return text.rstrip("/")
+
+
+def checkpoint_ref(location: str | os.PathLike[str], name: str = "checkpoint") -> Path | str:
+    """:func:`checkpoint_location` as a ``Path`` on the local disk, else the URI (driver)."""
+    text = checkpoint_location(location, name)
+    return Path(text) if is_local(text) else text
 
 
 def storage_of(checkpoint: str | os.PathLike[str]) -> tuple[Storage, str]:

@@ -1221,6 +1221,12 @@ def _claim(
     _release_lock_when_query_ends(spark)
     existing = read_job(checkpoint)
     if existing is None:
+        if has_seed(checkpoint) is not None:
+            # Off the local disk a rescale writes its seed in place and job.json last.
+            raise CheckpointError(
+                f"checkpoint {str(checkpoint)!r} holds a rescale's seed but no job file: the "
+                "rescale that made it did not finish; delete it and rescale again"
+            )
         if not is_fresh(checkpoint):
             raise CheckpointError(
                 f"checkpoint {str(checkpoint)!r} was made by a query spark-elastic did not start"

@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -48,15 +48,17 @@ from spark_elastic.model.names import (
 from spark_elastic.model.plan import JobPlan
 from spark_elastic.state.bucket_checkpoints import BucketCheckpoint, bucket_start, cover_start
 from spark_elastic.state.checkpoint_dir import (
+    ELASTIC_DIR,
+    SEED_DIR,
     CommittedBatch,
     JobSpec,
     OwnerLock,
-    checkpoint_path,
+    checkpoint_ref,
     last_batch,
     read_job,
     read_state,
     require_job,
-    seed_dir,
+    storage_of,
 )
 from spark_elastic.state.chunks import (
     LAYOUT_VERSION,
@@ -78,7 +80,8 @@ __all__ = ["RescaleResult", "SourceCheckpoint", "rescale", "starting_offsets", "
 class SourceCheckpoint:
     """A stopped query's checkpoint: its job, plan, and last committed batch."""
 
-    path: Path
+    path: Path | str
+    """A local directory, or a URI (``hdfs://``, ``s3a://``...)."""
     job: JobSpec
     plan: JobPlan
     batch: CommittedBatch
@@ -109,7 +112,7 @@ class RescaleResult:
         Where the new query starts: ``{"topic": {"partition": offset}}``.
     """
 
-    target: Path
+    target: Path | str
     elasticity_factor: int
     task_count: int
     keys: int
@@ -171,7 +174,7 @@ def stopped_source(
         Not a spark-elastic stateful checkpoint, running, never ran, or its
         last batch did not commit.
     """
-    checkpoint = checkpoint_path(path, "source")
+    checkpoint = checkpoint_ref(path, "source")
     job = require_job(checkpoint, "source checkpoint")
     _check_stopped(checkpoint, spark)
     batch = last_batch(checkpoint)
@@ -185,7 +188,7 @@ def stopped_source(
     return SourceCheckpoint(checkpoint, job, job.plan(), batch)
 
 
-def _check_stopped(checkpoint: Path, spark: SparkSession | None) -> None:
+def _check_stopped(checkpoint: Path | str, spark: SparkSession | None) -> None:
     if OwnerLock.held_here(checkpoint):
         if _running_here(checkpoint, spark):
             raise CheckpointError(
@@ -196,12 +199,13 @@ def _check_stopped(checkpoint: Path, spark: SparkSession | None) -> None:
         pass
 
 
-def _running_here(checkpoint: Path, spark: SparkSession | None) -> bool:
+def _running_here(checkpoint: Path | str, spark: SparkSession | None) -> bool:
     if spark is None:
         return True
+    storage, root = storage_of(checkpoint)
     try:
-        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
-    except (OSError, ValueError, KeyError):
+        query_id = json.loads(storage.read(storage.join(root, "metadata")) or b"")["id"]
+    except (ValueError, KeyError):
         return False
     return any(str(q.id) == query_id and q.isActive for q in spark.streams.active)
 
@@ -249,13 +253,13 @@ def rescale(
     factor = validate_elasticity_factor(elasticity_factor)
     wanted_names = _task_names_argument(tasks)
     paths = (
-        [checkpoint_path(sources, "sources")]
+        [checkpoint_ref(sources, "sources")]
         if isinstance(sources, str | os.PathLike)
-        else [checkpoint_path(s, "sources") for s in sources]
+        else [checkpoint_ref(s, "sources") for s in sources]
     )
     if not paths:
         raise ArgumentError.invalid("sources", "at least one source checkpoint", [])
-    out = checkpoint_path(target, "target")
+    out = checkpoint_ref(target, "target")
     _check_target(out, paths)
     session = spark if spark is not None else active_or_local_session("spark-elastic-rescale")
     checkpoints = [stopped_source(p, session) for p in paths]
@@ -284,7 +288,12 @@ def rescale(
             starting_offsets=offsets,
             state_layout=LAYOUT_VERSION,
         )
-        keys = _write_target(session, out, job, new_plan, checkpoints, seeded, wanted)
+        keys = _write_target(
+            out,
+            lambda where: _write_seed_and_job(
+                session, where, job, new_plan, checkpoints, seeded, wanted
+            ),
+        )
     return RescaleResult(out, factor, new_plan.task_count, keys, len(seeded), offsets)
 
 
@@ -300,18 +309,31 @@ def _check_unchanged(source: SourceCheckpoint) -> None:
         )
 
 
-def _check_target(target: Path, sources: list[Path]) -> None:
-    resolved = target.resolve()
+def _check_target(target: Path | str, sources: Sequence[Path | str]) -> None:
+    def inside(a: Path | str, b: Path | str) -> bool:
+        if isinstance(a, Path) and isinstance(b, Path):
+            return a.resolve().is_relative_to(b.resolve())
+        return str(a).rstrip("/") == str(b).rstrip("/") or str(a).startswith(
+            str(b).rstrip("/") + "/"
+        )
+
     for source in sources:
         # Nested either way, writing one would change the other.
-        if resolved.is_relative_to(source.resolve()) or source.resolve().is_relative_to(resolved):
+        if inside(target, source) or inside(source, target):
             raise ArgumentError.invalid(
                 "target",
                 "a directory other than the sources, and neither inside one nor holding one "
                 "(sources are never modified)",
                 str(target),
             )
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if isinstance(target, Path):
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise ArgumentError.invalid(
+                "target", "a new or empty checkpoint directory", f"{target} (not empty)"
+            )
+        return
+    storage, root = storage_of(target)
+    if storage.list(root):
         raise ArgumentError.invalid(
             "target", "a new or empty checkpoint directory", f"{target} (not empty)"
         )
@@ -357,7 +379,7 @@ def _check_one_time_mode(checkpoints: list[SourceCheckpoint]) -> None:
 
 def _check_disjoint(checkpoints: list[SourceCheckpoint]) -> None:
     """Each key must come from one source: no two sources may own related virtual tasks."""
-    owners: dict[TaskName, list[tuple[TaskName, Path]]] = {}
+    owners: dict[TaskName, list[tuple[TaskName, Path | str]]] = {}
     for source in checkpoints:
         for task in source.owned_tasks():
             owners.setdefault(task.base, []).append((task, source.path))
@@ -555,69 +577,88 @@ SEED_SCHEMA = (
 """One schema for every seed row: ``chunk``, ``layout``, ``checkpoint`` and ``held`` rows."""
 
 
-def _write_target(
+def _write_target(target: Path | str, write: Callable[[Path | str], int]) -> int:
+    """``write`` the seed and job file to a temporary sibling, then rename it into place.
+
+    Off the local disk (no atomic directory rename on S3) they go to the target
+    itself, ``job.json`` last: a target with a seed and no job file is a
+    rescale that did not finish, which a query refuses to start on.
+    """
+    if isinstance(target, Path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            keys = write(staging)
+            if target.exists():
+                target.rmdir()
+            os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return keys
+    storage, root = storage_of(target)
+    try:
+        return write(root)
+    except BaseException:
+        storage.delete(root)
+        raise
+
+
+def _write_seed_and_job(
     spark: SparkSession,
-    target: Path,
+    target: Path | str,
     job: JobSpec,
     plan: JobPlan,
     checkpoints: list[SourceCheckpoint],
     seeded: list[tuple[int, BucketCheckpoint]],
     wanted: Sequence[int],
 ) -> int:
-    """Write seed and job file to a temporary sibling, then rename it into place."""
+    """The seed (Spark writes it), then ``job.json``; the keys written."""
     from pyspark.sql import functions as F
 
     from spark_elastic.state.checkpoint_dir import write_job
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        seed = seed_dir(staging)
-        chunks, depths = _seed_chunks(spark, plan, checkpoints, job.state_schema, wanted)
-        chunks.write.parquet(str(seed))
-        # Key counts from what was written: evaluating the chunks again would read every
-        # source's state a second time.
-        counts = {
-            int(row.routing_key): int(row.keys)
-            for row in spark.read.parquet(str(seed))
-            .groupBy("routing_key")
-            .agg(F.sum("entries").alias("keys"))
-            .collect()
-        }
-        keys = routing_keys(plan.task_count).tolist()
-        task_of = {k: t for t, k in enumerate(keys)}
-        none5: tuple[None, ...] = (None,) * 5
-        rows: list[tuple[Any, ...]] = [
-            (key, "layout", None, None, None, depths[task_of[key]], count, *none5, None)
-            for key, count in sorted(counts.items())
-        ]
+    storage, root = storage_of(target)
+    seed = storage.join(root, ELASTIC_DIR, SEED_DIR)
+    chunks, depths = _seed_chunks(spark, plan, checkpoints, job.state_schema, wanted)
+    chunks.write.parquet(str(seed))
+    # Key counts from what was written: evaluating the chunks again would read every
+    # source's state a second time.
+    counts = {
+        int(row.routing_key): int(row.keys)
+        for row in spark.read.parquet(str(seed))
+        .groupBy("routing_key")
+        .agg(F.sum("entries").alias("keys"))
+        .collect()
+    }
+    keys = routing_keys(plan.task_count).tolist()
+    task_of = {k: t for t, k in enumerate(keys)}
+    none5: tuple[None, ...] = (None,) * 5
+    rows: list[tuple[Any, ...]] = [
+        (key, "layout", None, None, None, depths[task_of[key]], count, *none5, None)
+        for key, count in sorted(counts.items())
+    ]
+    rows += [
+        (
+            keys[task_id],
+            "checkpoint",
+            *none5,
+            e.stream,
+            e.partition,
+            e.key_bucket,
+            e.elasticity_factor,
+            e.next_offset,
+            None,
+        )
+        for task_id, e in seeded
+    ]
+    if job.holds_back:
         rows += [
-            (
-                keys[task_id],
-                "checkpoint",
-                *none5,
-                e.stream,
-                e.partition,
-                e.key_bucket,
-                e.elasticity_factor,
-                e.next_offset,
-                None,
-            )
-            for task_id, e in seeded
+            (keys[task_id], "held", None, None, data, None, None, *none5, clocks)
+            for task_id, (data, clocks) in _seed_held(spark, plan, checkpoints, wanted).items()
         ]
-        if job.holds_back:
-            rows += [
-                (keys[task_id], "held", None, None, data, None, None, *none5, clocks)
-                for task_id, (data, clocks) in _seed_held(spark, plan, checkpoints, wanted).items()
-            ]
-        spark.createDataFrame(rows, SEED_SCHEMA).write.mode("append").parquet(str(seed))
-        write_job(staging, job)
-        if target.exists():
-            target.rmdir()
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    spark.createDataFrame(rows, SEED_SCHEMA).write.mode("append").parquet(str(seed))
+    write_job(target, job)
     return sum(counts.values())
 
 

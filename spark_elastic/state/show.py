@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.dataplane.routing import routing_keys
 from spark_elastic.state.checkpoint_dir import (
     JobSpec,
-    checkpoint_path,
+    checkpoint_ref,
+    has_seed,
     last_batch,
     never_committed,
     read_state,
     require_job,
-    seed_dir,
 )
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class CheckpointReport:
         Every bucket checkpoint stored, by virtual task.
     """
 
-    path: Path
+    path: Path | str
     job: JobSpec
     batch_id: int | None
     committed: bool
@@ -152,7 +152,7 @@ def read_checkpoint(
     from spark_elastic.dataplane.session import active_or_local_session
     from spark_elastic.state.processor import CHECKPOINT_STATE
 
-    checkpoint = checkpoint_path(path)
+    checkpoint = checkpoint_ref(path)
     job = require_job(checkpoint)
     batch = last_batch(checkpoint)
     plan = job.plan()
@@ -238,7 +238,7 @@ def read_keyed_state(
     from spark_elastic.state.processor import OLD_USER_STATE, USER_STATE
 
     session = spark or active_or_local_session()
-    checkpoint = checkpoint_path(path)
+    checkpoint = checkpoint_ref(path)
     job = require_job(checkpoint)
     plan = job.plan()
     fields = session.createDataFrame([], job.state_schema).schema.fields
@@ -255,11 +255,11 @@ def read_keyed_state(
             F.col("user_map_key.key").alias("key"),
             *[F.col(f"user_map_value.`{f.name}`") for f in fields],
         )
-    seed = seed_dir(checkpoint)
-    if never_committed(checkpoint) and seed.is_dir():
+    seed = has_seed(checkpoint) if never_committed(checkpoint) else None
+    if seed is not None:
         # Made by rescale, not started: the state is the seed its first batch loads.
         chunks = (
-            session.read.parquet(str(seed))
+            session.read.parquet(seed)
             .where("kind = 'chunk'")
             .select(task_name[F.col("routing_key")].alias("virtual_task"), "data")
         )

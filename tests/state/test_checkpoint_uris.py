@@ -59,18 +59,6 @@ def test_a_scheme_that_cannot_create_only_if_absent_is_refused_in_one_line_writi
         "create a file only if absent (abfs:, abfss:, gs:, hdfs:, s3a:, viewfs:;"
     )
     assert location in message
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    "location",
-    ["s3a://bucket/cp", "abfss://c@a.dfs.core.windows.net/cp", "gs://b/cp", "hdfs://nn/cp"],
-)
-def test_offline_tools_refuse_remote_checkpoints_in_one_line_for_now(
-    location: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A query runs on them (tests/storage); rescale does not yet read them.
-    monkeypatch.chdir(tmp_path)
     with pytest.raises(ArgumentError, match="source"):
         rescale(location, tmp_path / "new", 2)
     assert list(tmp_path.iterdir()) == []

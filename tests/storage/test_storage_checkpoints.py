@@ -7,7 +7,8 @@ Hadoop file system, reached from the driver with the session's settings. A
 query stopped and started again resumes from what it committed there: each
 record counted once. Nothing goes to a local directory named after the URI.
 A fork there (what a new owner of a container's tasks starts from) copies
-the committed prefix and resumes where its source committed.
+the committed prefix and resumes where its source committed; ``rescale`` and
+``checkpoint show`` take the same URIs.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ import os
 import random
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import storage_jvm
+from cli_runner import run_cli
 from pyspark.sql import SparkSession
 from stateful_job import TOPIC, Job, run_to_end
 
+from spark_elastic import read_checkpoint, rescale
 from spark_elastic.errors import CheckpointError
 from spark_elastic.runtime.container.generations import fork_committed, is_forked
 from spark_elastic.state.checkpoint_dir import last_batch, read_job
@@ -39,16 +43,26 @@ def _reach(spark: SparkSession, server: storage_jvm.StorageServer) -> None:
         conf.set(key, value)
 
 
-def _on(
-    request: pytest.FixtureRequest, spark: SparkSession, file_system: str, tmp_path: Path
-) -> tuple[str, Storage, Job]:
-    """A fresh directory on ``file_system``, its storage, and a job on the embedded log."""
+@dataclass(frozen=True)
+class Remote:
+    """A fresh directory on one remote file system, its storage, and a job on the embedded log."""
+
+    base: str
+    storage: Storage
+    job: Job
+    server: storage_jvm.StorageServer
+    file_system: str
+
+
+@pytest.fixture(params=["hdfs", "s3"])
+def remote(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path) -> Remote:
     seed = random.randrange(2**32)
     print(f"seed={seed}")
-    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
+    server: storage_jvm.StorageServer = request.getfixturevalue(request.param)
     _reach(spark, server)
     base = f"{server.uri}/checkpoints-{uuid.uuid4().hex[:12]}"
-    return base, open_storage(base, spark), Job(spark, tmp_path / "job", random.Random(seed))
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    return Remote(base, open_storage(base, spark), job, server, request.param)
 
 
 def _wait_for(condition: object, what: str, timeout: float = 30) -> None:
@@ -71,16 +85,11 @@ def _counted_once(job: Job, records: int) -> None:
         assert [o for _, o in seen] == sorted(o for _, o in seen), key
 
 
-@pytest.mark.parametrize("file_system", ["hdfs", "s3"])
 def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactly(
-    spark: SparkSession,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
-    file_system: str,
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remote: Remote
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    base, storage, job = _on(request, spark, file_system, tmp_path)
+    base, storage, job = remote.base, remote.storage, remote.job
     checkpoint = f"{base}/cp"
     options = {"elasticity_factor": 2, "partitions": job.log.partition_counts([TOPIC])}
 
@@ -123,14 +132,10 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     storage.delete(base)
 
 
-@pytest.mark.parametrize("file_system", ["hdfs", "s3"])
 def test_a_fork_on_a_remote_file_system_resumes_where_its_source_committed(
-    spark: SparkSession,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    file_system: str,
+    tmp_path: Path, remote: Remote
 ) -> None:
-    base, storage, job = _on(request, spark, file_system, tmp_path)
+    base, storage, job = remote.base, remote.storage, remote.job
     source, fork = f"{base}/g1", f"{base}/g2"
     options = {"elasticity_factor": 2, "partitions": job.log.partition_counts([TOPIC])}
     job.produce(120)
@@ -158,4 +163,47 @@ def test_a_fork_on_a_remote_file_system_resumes_where_its_source_committed(
     run_to_end(job, fork, tmp_path / "out-g1", **options)
     _counted_once(job, 200)
     assert last_batch(source) == committed, "the source is as it was"
+    storage.delete(base)
+
+
+def test_rescale_and_show_take_remote_checkpoints(
+    spark: SparkSession, tmp_path: Path, remote: Remote
+) -> None:
+    base, storage, job = remote.base, remote.storage, remote.job
+    source, split = f"{base}/f2", f"{base}/f4"
+    counts = job.log.partition_counts([TOPIC])
+    job.produce(150)
+    run_to_end(job, source, tmp_path / "out-f2", elasticity_factor=2, partitions=counts)
+    if remote.file_system == "hdfs":
+        # As an operator runs them: each command's own Spark, told how to reach HDFS.
+        conf = [a for k, v in remote.server.spark_conf().items() for a in ("--conf", f"{k}={v}")]
+        shown = run_cli("checkpoint", "show", source, "--json", *conf, timeout=300)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        assert json.loads(shown.stdout)["job"]["name"] == "running-count"
+        done = run_cli(
+            "rescale",
+            "--from",
+            source,
+            "--to",
+            split,
+            "--elasticity-factor",
+            "4",
+            *conf,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    else:
+        assert read_checkpoint(source, spark).committed
+        assert rescale(source, split, 4, spark).target == split
+    assert read_job(split).elasticity_factor == 4  # type: ignore[union-attr]
+
+    # A rescale that died before its job file: the seed alone is refused, not run empty.
+    half = f"{base}/half"
+    storage.put(storage.join(half, "_spark_elastic", "seed", "part-0.parquet"), b"")
+    with pytest.raises(CheckpointError, match="did not finish"):
+        run_to_end(job, half, tmp_path / "out-half", elasticity_factor=4, partitions=counts)
+
+    job.produce(100)
+    run_to_end(job, split, tmp_path / "out-f4", elasticity_factor=4, partitions=counts)
+    _counted_once(job, 250)
     storage.delete(base)
