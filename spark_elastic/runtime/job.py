@@ -247,8 +247,8 @@ def _local_root(root: str | os.PathLike[str]) -> str:
     elif "://" in text:
         raise ArgumentError.invalid(
             "Job.checkpoint_root",
-            "a local path or file:// URI (containers fork checkpoints by copying files; other "
-            "file systems are not supported yet)",
+            "a local path or file:// URI (a running job's warm-ups and moves still go through "
+            "the local disk; a with_task_state query alone checkpoints on HDFS or S3)",
             text,
         )
     return str(Path(text).resolve())

@@ -31,6 +31,7 @@ from spark_elastic import read_checkpoint, rescale
 from spark_elastic.errors import CheckpointError
 from spark_elastic.runtime.container.generations import fork_committed, is_forked
 from spark_elastic.state.checkpoint_dir import last_batch, read_job
+from spark_elastic.state.query_settings import CHANGELOG_KEY
 from spark_elastic.storage import Storage, open_storage
 
 pytestmark = pytest.mark.slow
@@ -98,7 +99,8 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     assert read_job(checkpoint) is not None
     assert read_job(checkpoint).elasticity_factor == 2  # type: ignore[union-attr]
     assert storage.list(storage.join(checkpoint, "commits")), "Spark committed there"
-    assert storage.list(storage.join(checkpoint, "state")), "its state is there too"
+    state = [name for name, _ in storage.files(storage.join(checkpoint, "state"))]
+    assert any(name.endswith(".changelog") for name in state), "its state is there too"
 
     # A running query holds the owner object, naming this driver; it is gone once it ends.
     job.produce(100)
@@ -118,6 +120,8 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
         # Spark's own FileContext manager off the local disk (its rename is atomic on HDFS).
         session = query._jsq.streamingQuery().sparkSessionForStream()  # type: ignore[attr-defined]
         assert not session.conf().contains("spark.sql.streaming.checkpointFileManagerClass")
+        # And RocksDB's changelog checkpointing: a batch uploads its changes, not a snapshot.
+        assert session.conf().get(CHANGELOG_KEY) == "true"
         held = storage.read(owner)
         assert held is not None
         assert json.loads(held)["pid"] == os.getpid()
@@ -166,6 +170,10 @@ def test_a_fork_on_a_remote_file_system_resumes_where_its_source_committed(
     storage.delete(base)
 
 
+# The CLI's two Spark applications on HDFS are the long half (`make test-all`).
+@pytest.mark.parametrize(
+    "remote", [pytest.param("hdfs", marks=pytest.mark.long), "s3"], indirect=True
+)
 def test_rescale_and_show_take_remote_checkpoints(
     spark: SparkSession, tmp_path: Path, remote: Remote
 ) -> None:
