@@ -6,7 +6,9 @@ real S3 server, its checkpoints still on the local disk. One container is
 paused past its lease (``SIGSTOP``: a zombie) while records arrive; its
 successor claims its keys, sealing its commit log, before it reads what the
 sink published. Woken, the zombie publishes nothing more, and Spark reads
-each record's running count once from the sink's committed batches.
+each record's running count once from the sink's committed batches. A sink
+whose file system cannot be reached fails the job in one line that says so,
+in `job status`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import storage_jvm
+from cli_runner import run_cli
 from jobs import (
     APPLY_DEADLINE_S,
     RECORDS,
@@ -116,3 +120,30 @@ def test_a_job_publishes_on_a_remote_file_system_once_through_a_fenced_zombie(
     # Exactly once: row for row, repeats included, what a single key-ordered pass gives.
     assert rows(spark, sink) == expected
     job.cleanup()
+
+
+def test_a_job_whose_sink_cannot_be_reached_fails_saying_why_where_the_operator_looks(
+    start_job: Callable[..., RunningJob], clicks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A NameNode address where nothing listens; the client is told not to retry for long.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("CLICKS_OUT", f"hdfs://127.0.0.1:{port}/clicks/out")
+    job = start_job(
+        1,
+        None,
+        0,
+        "--max-start-failures",
+        "1",
+        "--conf",
+        "spark.hadoop.ipc.client.connect.max.retries=0",
+    )
+    state = wait_until(
+        "the job failed", lambda: (s := job.status())["jobState"]["state"] == "failed" and s
+    )["jobState"]
+    assert state["why"].startswith("a container failed before its first commit: StorageError: ")
+    assert f"hdfs://127.0.0.1:{port}/clicks/out: cannot reach the file system" in state["why"]
+    status = run_cli("job", "status", job.url)
+    assert status.returncode == 0
+    assert f"why: {state['why']}" in status.stdout

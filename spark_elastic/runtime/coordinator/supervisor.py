@@ -932,7 +932,12 @@ class Supervisor:
 
     def _fail_job(self, old_id: str, reason: str, tally: StartFailures) -> None:
         """Too many failures at start: every container stops, the job is failed, saying why."""
-        why = f"{tally.count} containers in a row failed before their first commit: {tally.cause}"
+        who = (
+            "a container failed before its"
+            if tally.count == 1
+            else f"{tally.count} containers in a row failed before their"
+        )
+        why = f"{who} first commit: {tally.cause}"
         others = [r.id for r in self.records.values() if r.live and r.id != old_id]
         with self.store.transaction() as db:
             self.store.update_container(db, old_id, state="failed", ended_at=time.time())
