@@ -12,14 +12,15 @@ NameNode and DataNode in their own JVM on loopback) and a real S3 server
 (s3proxy on loopback, through S3A with conditional writes). Spark keeps its
 offsets, commits and RocksDB state there, and the library its job and owner
 objects; off the local disk the query runs with RocksDB's changelog
-checkpointing, as ``with_task_state`` starts it there. After two warm-up batches, ``--batches`` micro-batches of
-``--records`` records: the median batch time (Spark's ``triggerExecution``)
-and the records a second that gives. Then the time a fork of its committed
-prefix takes (what a new owner of its tasks starts from: hard links on the
-local disk, copies through Hadoop elsewhere), with the files and bytes it
-copied. Variants alternate in order between
-runs; medians over runs. The servers are on this machine, so the figures
-are the file systems' protocols and round trips, not a network's.
+checkpointing, as ``with_task_state`` starts it there. After two warm-up
+batches, ``--batches`` micro-batches of ``--records`` records: the median
+batch time (Spark's ``triggerExecution``) and the records a second that
+gives. Then the time a fork of its committed prefix takes (what a new owner
+of its tasks starts from: hard links on the local disk, copies through
+Hadoop elsewhere), with the files and bytes it copied. Variants alternate
+in order between runs; medians over runs. The servers are on this machine,
+so the figures are the file systems' protocols and round trips, not a
+network's.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ job = Job(
     ),
     elasticity_factor=int(os.environ.get("CLICKS_FACTOR", "4")),
     trigger_interval=os.environ.get("CLICKS_TRIGGER", "1 second"),
-    checkpoint_root=f"{ROOT}/checkpoints",
+    checkpoint_root=os.environ.get("CLICKS_CHECKPOINTS", f"{ROOT}/checkpoints"),
     sink=(
         KafkaSink(KAFKA, OUT_TOPIC, key="user")
         if KAFKA and OUT_TOPIC

@@ -111,7 +111,8 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--store",
         metavar="PATH",
-        help="the coordinator's SQLite store (default: <checkpoint root>/coordinator.db)",
+        help="the coordinator's SQLite store (default: <checkpoint root>/coordinator.db; "
+        "required for a root on HDFS or S3)",
     )
     run.add_argument("--master", help="Spark master URL for the containers (default: local[2])")
     run.add_argument(
@@ -326,6 +327,13 @@ def _run(args: argparse.Namespace) -> int:
     from spark_elastic.runtime.job import load_job
 
     job = load_job(args.job)
+    if "://" in job.checkpoint_root and not args.store:
+        raise ArgumentError.invalid(
+            "--store",
+            "a local path for the coordinator's SQLite store when the checkpoint root is not "
+            "on the local disk (container logs go beside it)",
+            f"none, checkpoint root {job.checkpoint_root}",
+        )
     watch = _watch(job.input)
     try:
         return _run_job(args, job, watch)
@@ -358,14 +366,14 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         margin_s=args.margin_ms / 1000,
         write_budget_s=args.write_budget_ms / 1000,
     )
-    root = Path(job.checkpoint_root)
+    root = job.checkpoint_root  # a local path, or a URI (HDFS, S3): not a Path
     shape = JobShape(
         job.name,
         args.job,
         job.elasticity_factor,
         partitions,
         tuple(plan.task_names()),
-        str(root),
+        root,
         job.grouper,
         stateful=job.processor is not None,
         time_ordered=job.time_ordered,
@@ -388,7 +396,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         # Spark's drivers bind the machine's external address by default: a job whose
         # coordinator listens on loopback keeps its containers there too.
         container_env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    store_path = Path(args.store or root / "coordinator.db")
+    store_path = Path(args.store or Path(root) / "coordinator.db")
     # One coordinator per job: refused before it binds a port or touches anything.
     Store.refuse_if_owned(store_path)
     sock = bind(args.host, args.port)
@@ -398,7 +406,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         return Supervisor(
             shape,
             store,
-            LocalLauncher(root / "logs"),
+            LocalLauncher((Path(root) if "://" not in root else store_path.parent) / "logs"),
             url,
             args.containers,
             terms,

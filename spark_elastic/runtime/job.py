@@ -33,6 +33,7 @@ from spark_elastic.model.names import validate_elasticity_factor
 from spark_elastic.model.plan import Grouper, JobPlan, StreamInput
 from spark_elastic.runtime.inputs import KafkaInput, LogInput
 from spark_elastic.runtime.sinks import Sink, sink_guarantee
+from spark_elastic.storage import COMMIT_SCHEMES, scheme_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -127,7 +128,7 @@ class Job:
             raise ArgumentTypeError.wrong_type(
                 "Job.checkpoint_root", "a directory path", self.checkpoint_root
             )
-        object.__setattr__(self, "checkpoint_root", _local_root(self.checkpoint_root))
+        object.__setattr__(self, "checkpoint_root", _checkpoint_root(self.checkpoint_root))
         if not isinstance(self.sink, Sink):
             raise ArgumentTypeError.wrong_type(
                 "Job.sink", "a Sink (an object with write())", self.sink
@@ -235,8 +236,10 @@ class Job:
         )
 
 
-def _local_root(root: str | os.PathLike[str]) -> str:
-    """The checkpoint root as an absolute local path; other schemes are refused for now."""
+def _checkpoint_root(root: str | os.PathLike[str]) -> str:
+    """The checkpoint root: an absolute local path, or a URI of a file system that can
+    create a file only if absent (HDFS, S3 with conditional writes, ...), without a
+    trailing ``/``."""
     text = os.fspath(root)
     if text.startswith("file://"):
         text = text[len("file://") :]
@@ -245,12 +248,15 @@ def _local_root(root: str | os.PathLike[str]) -> str:
                 "Job.checkpoint_root", "a file:// URI with an absolute path", os.fspath(root)
             )
     elif "://" in text:
-        raise ArgumentError.invalid(
-            "Job.checkpoint_root",
-            "a local path or file:// URI (a running job's warm-ups and moves still go through "
-            "the local disk; a with_task_state query alone checkpoints on HDFS or S3)",
-            text,
-        )
+        if scheme_of(text) not in COMMIT_SCHEMES:
+            supported = ", ".join(f"{s}:" for s in sorted(COMMIT_SCHEMES))
+            raise ArgumentError.invalid(
+                "Job.checkpoint_root",
+                "a local path or a URI of a file system that can create a file only if absent "
+                f"({supported})",
+                text,
+            )
+        return text.rstrip("/")
     return str(Path(text).resolve())
 
 

@@ -125,6 +125,21 @@ class Storage(ABC):
         have been deleted since it was listed).
         """
 
+    @abstractmethod
+    def download(self, path: str, local: str) -> bool:
+        """Copy the file ``path`` to the local file ``local`` (made, or replaced).
+
+        Returns False, copying nothing, if there is no file ``path``.
+        """
+
+    @abstractmethod
+    def upload(self, local: str, path: str) -> None:
+        """Copy the local file ``local`` to ``path`` (replacing it)."""
+
+    @abstractmethod
+    def modified(self, path: str) -> float | None:
+        """When ``path`` was last written (seconds since the epoch), or None if absent."""
+
     def join(self, base: str, *names: str) -> str:
         """``base/name/...`` (URIs join with ``/`` whatever the platform)."""
         return "/".join([base.rstrip("/"), *(n.strip("/") for n in names)])
@@ -213,6 +228,21 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise _local_error(local_path(source), f"copy to {dst}", exc) from None
         return True
+
+    def download(self, path: str, local: str) -> bool:
+        return self.copy(path, local)
+
+    def upload(self, local: str, path: str) -> None:
+        if not self.copy(local, path):
+            raise StorageError(f"{local}: cannot upload to {path} (no such file)")
+
+    def modified(self, path: str) -> float | None:
+        try:
+            return os.stat(local_path(path)).st_mtime
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _local_error(local_path(path), "look up", exc) from None
 
     @staticmethod
     def _staged(target: str, data: bytes) -> str:

@@ -237,6 +237,35 @@ class HadoopStorage(Storage):
                 return False
             raise _error(source, f"copy to {target}", exc) from None
 
+    def download(self, path: str, local: str) -> bool:
+        try:
+            # Hadoop's own copy (no checksum file beside it), not bytes through py4j.
+            self._fs.copyToLocalFile(False, self._Path(path), self._Path(f"file://{local}"), True)
+        except Exception as exc:
+            if _java_class(exc) in _MISSING:
+                return False
+            raise _error(path, f"download to {local}", exc) from None
+        return True
+
+    def upload(self, local: str, path: str) -> None:
+        self._call(
+            path,
+            f"upload from {local}",
+            self._fs.copyFromLocalFile,
+            False,
+            True,
+            self._Path(f"file://{local}"),
+            self._Path(path),
+        )
+
+    def modified(self, path: str) -> float | None:
+        try:
+            return int(self._fs.getFileStatus(self._Path(path)).getModificationTime()) / 1000
+        except Exception as exc:
+            if _java_class(exc) in _MISSING:
+                return None
+            raise _error(path, "look up", exc) from None
+
     def _write(self, path: Any, data: bytes, overwrite: bool) -> None:
         self._finish(self._fs.create(path, overwrite), data)
 

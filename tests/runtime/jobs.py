@@ -294,6 +294,7 @@ class JobStarter:
                 ]
         logs = sorted(self.clicks.glob("coordinator-*.log"))
         logs += sorted((self.clicks / "checkpoints" / "logs").glob("*.log"))
+        logs += sorted((self.clicks / "logs").glob("*.log"))  # a remote root's: by the store
         for log in logs:
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             parts += [f"--- last lines of {log.name}", *tail]

@@ -153,10 +153,17 @@ def test_the_factor_is_a_power_of_two_up_to_1024(factor: int) -> None:
         make_job(elasticity_factor=factor)
 
 
-def test_checkpoint_roots_are_local_paths_or_file_uris() -> None:
+def test_checkpoint_roots_are_local_paths_or_uris_of_file_systems_that_create_if_absent() -> None:
     assert make_job(checkpoint_root="file:///data/cp").checkpoint_root == "/data/cp"
-    with pytest.raises(ArgumentError, match="a local path or file:// URI"):
-        make_job(checkpoint_root="s3a://bucket/cp")
+    assert make_job(checkpoint_root="s3a://bucket/cp/").checkpoint_root == "s3a://bucket/cp"
+    assert make_job(checkpoint_root="hdfs://nn:8020/cp").checkpoint_root == "hdfs://nn:8020/cp"
+    with pytest.raises(ArgumentError) as refused:
+        make_job(checkpoint_root="s3://bucket/cp")
+    assert str(refused.value) == (
+        "Job.checkpoint_root: expected a local path or a URI of a file system that can create "
+        "a file only if absent (abfs:, abfss:, file:, gs:, hdfs:, s3a:, viewfs:), found "
+        "'s3://bucket/cp'"
+    )
 
 
 def test_a_parquet_sink_is_on_a_file_system_that_can_publish_without_overwriting() -> None:

@@ -2,11 +2,14 @@
 
 The click-count job runs under ``spark-elastic job run`` (a coordinator and two
 containers, real Spark) with its :class:`ParquetSink` on a real HDFS and on a
-real S3 server, its checkpoints still on the local disk. One container is
+real S3 server, its checkpoints on the local disk. One container is
 paused past its lease (``SIGSTOP``: a zombie) while records arrive; its
 successor claims its keys, sealing its commit log, before it reads what the
 sink published. Woken, the zombie publishes nothing more, and Spark reads
-each record's running count once from the sink's committed batches. A sink
+each record's running count once from the sink's committed batches. The same
+job with its checkpoints there too (nothing of it on the local disk) forks
+the zombie's checkpoint there, and a scale's new owner warms up from
+snapshots it copies there; still each record once. A sink
 whose file system cannot be reached fails the job in one line that says so,
 in `job status`.
 """
@@ -26,6 +29,7 @@ import storage_jvm
 from cli_runner import run_cli
 from jobs import (
     APPLY_DEADLINE_S,
+    CHANGE_DEADLINE_S,
     RECORDS,
     RunningJob,
     counts_in_key_order,
@@ -54,72 +58,15 @@ def committed_by(spark: SparkSession, sink: ParquetSink, container: str) -> list
     return [d for d in sink.committed(spark) if f"/container={container}/" in d]
 
 
-@pytest.mark.parametrize("file_system", ["hdfs", "s3"])
-def test_a_job_publishes_on_a_remote_file_system_once_through_a_fenced_zombie(
-    request: pytest.FixtureRequest,
-    spark: SparkSession,
-    start_job: Callable[..., RunningJob],
-    clicks: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    file_system: str,
-) -> None:
-    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    for key, value in server.hadoop.items():
-        conf.set(key, value)
-    sink = ParquetSink(f"{server.uri}/clicks-{uuid.uuid4().hex[:8]}/out")
-    monkeypatch.setenv("CLICKS_OUT", sink.path)
-    # The containers reach the server as the test session does: Spark's own settings.
-    options = [item for k, v in server.spark_conf().items() for item in ("--conf", f"{k}={v}")]
-    if file_system == "s3":
-        options += ["--conf", f"spark.jars={','.join(storage_jvm.s3a_jars())}"]
-    job = start_job(2, None, 0, *options)
-    running = wait_until(
-        "two running containers",
-        lambda: len(job.running_containers()) == 2 and job.running_containers(),
-    )
-    zombie, zombie_pid = min(running.items())
-    generation = next(
-        c["generation"] for c in job.job_model()["containers"] if c["containerId"] == zombie
-    )
-    wait_until(
-        "a first batch committed", lambda: committed_by(spark, sink, zombie), APPLY_DEADLINE_S
-    )
-
-    os.kill(zombie_pid, signal.SIGSTOP)
-    total = RECORDS
-    try:
-        produce(EmbeddedLog(clicks / "log"), total, 1000)
-        total += 1000
-        wait_until(
-            "the paused container's tasks handed to a new generation",
-            lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
-        )
-        before = committed_by(spark, sink, zombie)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(zombie_pid, signal.SIGCONT)
-    wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
-    assert committed_by(spark, sink, zombie) == before
-    # Its successor seals its commit log in the storage before it reads what it published.
+def sealer(spark: SparkSession, sink: ParquetSink, generation: int) -> Callable[[], str | None]:
+    """Who sealed ``generation``'s commit log in the sink's storage (None: not sealed yet)."""
     log = CommitLog(open_storage(sink.path, spark), f"{sink.path}/{COMMITS_DIR}")
 
     def sealed() -> str | None:
         end = log.entry(generation, log.sequences(generation)[-1])
         return end.sealed_by if end is not None else None
 
-    assert "generation" in wait_until("the zombie's commits sealed", sealed)
-
-    expected = counts_in_key_order(spark, clicks, planned=4)
-    assert len(expected) == total
-    wait_until(
-        f"all {total} records published",
-        lambda: len({(u, p, o) for u, _, p, o in rows(spark, sink)}) >= total,
-        APPLY_DEADLINE_S,
-    )
-    # Exactly once: row for row, repeats included, what a single key-ordered pass gives.
-    assert rows(spark, sink) == expected
-    job.cleanup()
+    return sealed
 
 
 def test_a_job_whose_sink_cannot_be_reached_fails_saying_why_where_the_operator_looks(
@@ -147,3 +94,103 @@ def test_a_job_whose_sink_cannot_be_reached_fails_saying_why_where_the_operator_
     status = run_cli("job", "status", job.url)
     assert status.returncode == 0
     assert f"why: {state['why']}" in status.stdout
+
+
+@pytest.mark.parametrize(
+    ("file_system", "checkpoints_there"),
+    [
+        ("hdfs", True),
+        ("s3", True),
+        # Output alone there, checkpoints on the local disk: `make test-all`.
+        pytest.param("hdfs", False, marks=pytest.mark.long),
+        pytest.param("s3", False, marks=pytest.mark.long),
+    ],
+)
+def test_a_job_on_a_remote_file_system_publishes_once_through_a_zombie_and_a_scale(
+    request: pytest.FixtureRequest,
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    file_system: str,
+    checkpoints_there: bool,
+) -> None:
+    # With its checkpoints there too, a paused container's successor forks its checkpoint
+    # there, and a scale's new owners warm up from snapshots they copy there.
+    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    for key, value in server.hadoop.items():
+        conf.set(key, value)
+    base = f"{server.uri}/jobs-{uuid.uuid4().hex[:8]}"
+    sink = ParquetSink(f"{base}/out")
+    monkeypatch.setenv("CLICKS_OUT", sink.path)
+    if checkpoints_there:
+        monkeypatch.setenv("CLICKS_CHECKPOINTS", f"{base}/checkpoints")
+    # The containers reach the server as the test session does: Spark's own settings.
+    options = [item for k, v in server.spark_conf().items() for item in ("--conf", f"{k}={v}")]
+    if file_system == "s3":
+        options += ["--conf", f"spark.jars={','.join(storage_jvm.s3a_jars())}"]
+    job = start_job(2, None, 0, *options)
+    running = wait_until(
+        "two running containers",
+        lambda: len(job.running_containers()) == 2 and job.running_containers(),
+    )
+    zombie, zombie_pid = min(running.items())
+    generation = next(
+        c["generation"] for c in job.job_model()["containers"] if c["containerId"] == zombie
+    )
+    wait_until(
+        "a first batch committed", lambda: committed_by(spark, sink, zombie), APPLY_DEADLINE_S
+    )
+    storage = open_storage(base, spark)
+    if checkpoints_there:
+        assert storage.list(f"{base}/checkpoints/generations"), "the checkpoints are there"
+        assert not (clicks / "checkpoints").exists(), "and nothing of them on the local disk"
+
+    log = EmbeddedLog(clicks / "log")
+    os.kill(zombie_pid, signal.SIGSTOP)
+    total = RECORDS
+    try:
+        produce(log, total, 1000)
+        total += 1000
+        wait_until(
+            "the paused container's tasks handed to a new generation",
+            lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
+        )
+        before = committed_by(spark, sink, zombie)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(zombie_pid, signal.SIGCONT)
+    wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
+    assert committed_by(spark, sink, zombie) == before
+    # Its successor sealed its commit log in the storage before it read what it published.
+    sealed_by = wait_until("the zombie's commits sealed", sealer(spark, sink, generation))
+    assert "generation" in sealed_by
+
+    if checkpoints_there:
+        wait_until("the job settled", job.settled_model, CHANGE_DEADLINE_S)
+        # The coordinator takes a change once every container runs (it says so until then).
+        wait_until(
+            "the scale to 3 containers taken",
+            lambda: run_cli("job", "scale", job.url, "--containers", "3").returncode == 0,
+            CHANGE_DEADLINE_S,
+        )
+        produce(log, total, 1000)
+        total += 1000
+        wait_until(
+            "3 containers",
+            lambda: (m := job.settled_model()) and len(m["containers"]) == 3,
+            CHANGE_DEADLINE_S,
+        )
+
+    expected = counts_in_key_order(spark, clicks, planned=4)
+    assert len(expected) == total
+    wait_until(
+        f"all {total} records published",
+        lambda: len({(u, p, o) for u, _, p, o in rows(spark, sink)}) >= total,
+        APPLY_DEADLINE_S,
+    )
+    # Exactly once: row for row, repeats included, what a single key-ordered pass gives.
+    assert rows(spark, sink) == expected
+    job.cleanup()
+    storage.delete(base)

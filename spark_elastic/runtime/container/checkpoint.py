@@ -27,7 +27,14 @@ from spark_elastic.runtime.container.query import covers, needed_partitions
 from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.protocol import ContainerModel
 from spark_elastic.runtime.sinks import TRANSACTIONAL, sink_guarantee
-from spark_elastic.state.checkpoint_dir import Fence, read_fences, write_fences
+from spark_elastic.state.checkpoint_dir import (
+    ELASTIC_DIR,
+    JOB_FILE,
+    Fence,
+    read_fences,
+    storage_of,
+    write_fences,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,9 +114,12 @@ def _prepare_checkpoint(
     records and the idle waits of the records its tasks hold end. The other
     ways start a new query, whose first batch runs at once.
     """
-    target = Path(mine.checkpoint)
-    if target.exists() or not mine.sources:
+    target = mine.checkpoint
+    if _prepared(target) or not mine.sources:
         return _rescaled_starts(target, plan, mine) if stateful else None
+    storage, root = storage_of(target)
+    if storage.scheme != "file" and storage.exists(root):
+        storage.delete(root)  # set up half-way by an earlier try, which no query ran on
     if not stateful:
         from spark_elastic.state.checkpoint_dir import last_batch
 
@@ -150,6 +160,15 @@ def _prepare_checkpoint(
     return _rescaled_starts(target, plan, mine)
 
 
+def _prepared(target: str) -> bool:
+    """Whether this generation's checkpoint is set up: on the local disk it appears whole
+    (a rename); elsewhere its ``job.json`` is written after everything else."""
+    storage, root = storage_of(target)
+    if storage.scheme == "file":
+        return storage.exists(root)
+    return storage.exists(storage.join(root, ELASTIC_DIR, JOB_FILE))
+
+
 def _runs_exactly(source: str, plan: JobPlan, tasks: tuple[str, ...]) -> bool:
     """Whether a source checkpoint ran exactly these tasks at the plan's factor."""
     from spark_elastic.state.checkpoint_dir import read_job
@@ -165,9 +184,14 @@ def _take_over(mine: ContainerModel, plan: JobPlan, spark: SparkSession) -> None
     """Rescale the predecessors' committed checkpoints to this container's tasks."""
     from spark_elastic.state.rescale import rescale
 
-    target = Path(mine.checkpoint)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.sources.", dir=target.parent))
+    target = mine.checkpoint
+    # The forks are private, on the local disk: beside the target (hard links) when it is
+    # there, else in a scratch directory of this container's host.
+    local = storage_of(target)[0].scheme == "file"
+    if local:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    scratch = str(Path(target).parent) if local else None
+    staging = Path(tempfile.mkdtemp(prefix=f".{Path(target).name}.sources.", dir=scratch))
     try:
         forks = []
         for i, source in enumerate(mine.sources):
@@ -185,7 +209,7 @@ def _take_over(mine: ContainerModel, plan: JobPlan, spark: SparkSession) -> None
 
 
 def _rescaled_starts(
-    target: Path, plan: JobPlan, mine: ContainerModel
+    target: str | Path, plan: JobPlan, mine: ContainerModel
 ) -> dict[str, dict[str, int]] | None:
     """Where a rescaled checkpoint's first query reads (None once it ran, or if not rescaled)."""
     from spark_elastic.state.rescale import starting_offsets

@@ -34,6 +34,7 @@ May import :mod:`spark_elastic.state`, :mod:`.generations` and the shared runtim
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_elastic.errors import SparkElasticError
 from spark_elastic.runtime.container.generations import fork_committed, last_committed_batch
 from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
@@ -52,7 +54,9 @@ from spark_elastic.state.checkpoint_dir import (
     last_batch,
     read_fences,
     read_job,
+    storage_of,
 )
+from spark_elastic.storage import is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,6 +71,7 @@ __all__ = [
     "highest",
     "holder_checkpoints",
     "holders_idle",
+    "scratch_for",
     "snapshot_dir",
     "source_fences",
     "take_snapshot",
@@ -99,9 +104,23 @@ class Snapshot:
 
 
 def snapshot_dir(target: str | os.PathLike[str]) -> Path:
-    """Where a warm-up whose generation will be ``target`` keeps its snapshot."""
-    target = Path(target)
-    return target.with_name(f".{target.name}.following")
+    """Where a warm-up whose generation will be ``target`` keeps its snapshot: beside it
+    on the local disk, else in this host's scratch (:func:`scratch_for`)."""
+    return scratch_for(target) / f".{Path(os.fspath(target)).name}.following"
+
+
+def scratch_for(target: str | os.PathLike[str]) -> Path:
+    """A local directory for what a generation's container keeps on its own host.
+
+    ``target``'s parent on the local disk (hard links reach the checkpoint);
+    for a checkpoint on HDFS or S3, a directory of the host's temporary
+    directory named after it: snapshots are made there and copied into place.
+    """
+    text = os.fspath(target)
+    if is_local(text):
+        return Path(text).parent
+    digest = hashlib.sha256(text.rstrip("/").encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "spark-elastic-scratch" / digest
 
 
 def holder_checkpoints(model: JobModel, tasks: Sequence[str]) -> list[str]:
@@ -123,10 +142,12 @@ def holders_idle(model: JobModel, tasks: Sequence[str], now: float, floor_s: flo
     ``now`` on the same clock: :func:`time.time`).
     """
     for checkpoint in holder_checkpoints(model, tasks):
-        commits = Path(checkpoint) / "commits"
-        with contextlib.suppress(OSError):
-            last = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())[-2:]
-            times = [(commits / str(n)).stat().st_mtime for n in last]
+        storage, root = storage_of(checkpoint)
+        commits = storage.join(root, "commits")
+        with contextlib.suppress(SparkElasticError):
+            last = sorted(int(n) for n in storage.list(commits) if n.isdigit())[-2:]
+            stamps = [storage.modified(storage.join(commits, str(n))) for n in last]
+            times = [t for t in stamps if t is not None]
             interval = times[-1] - times[0] if len(times) == 2 else 0.0
             if times and now - times[-1] < max(floor_s, 2 * interval):
                 return False
@@ -247,8 +268,15 @@ def adopt_snapshot(target: str | os.PathLike[str]) -> Snapshot | None:
 
 
 def _into_place(snapshot: Snapshot, target: str | os.PathLike[str]) -> Snapshot:
-    """Move the snapshot's checkpoint to ``target`` and remove what is left of it."""
-    os.replace(snapshot.path, target)
+    """Move the snapshot's checkpoint to ``target`` and remove what is left of it.
+
+    Off the local disk the snapshot (a seed and its job file) is copied there,
+    the job file last, as a fork is.
+    """
+    if is_local(os.fspath(target)):
+        os.replace(snapshot.path, target)
+    else:
+        fork_committed(snapshot.path, target)
     shutil.rmtree(snapshot_dir(target), ignore_errors=True)
     return snapshot
 

@@ -44,7 +44,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,32 +93,24 @@ def _number(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _committed_batches(log_dir: Path) -> list[int]:
-    if not log_dir.is_dir():
-        return []
-    return sorted(n for p in log_dir.iterdir() if (n := _number(p.name)) is not None)
-
-
 def last_committed_batch(checkpoint: str | os.PathLike[str]) -> int:
     """The last batch id in ``commits/`` (-1 if none).
 
     Parameters
     ----------
     checkpoint
-        A Spark checkpoint directory.
+        A Spark checkpoint directory, local or remote.
 
     Returns
     -------
     int
         The id of the last committed micro-batch, or -1.
     """
-    batches = _logged_batches(Path(checkpoint) / "commits")
+    storage, root = storage_of(checkpoint)
+    batches = _numbered_files(
+        (f"commits/{name}" for name in storage.list(storage.join(root, "commits"))), "commits"
+    )
     return batches[-1] if batches else -1
-
-
-def _logged_batches(log_dir: Path) -> list[int]:
-    """The batch ids with a file of their own in ``offsets/`` or ``commits/``, in order."""
-    return [n for n in _committed_batches(log_dir) if (log_dir / str(n)).is_file()]
 
 
 def _link_or_copy(path: Path, out: Path) -> None:
@@ -128,13 +120,6 @@ def _link_or_copy(path: Path, out: Path) -> None:
         raise
     except OSError:
         shutil.copy2(path, out)
-
-
-def _rerun(source: Path, last: int) -> int:
-    """The batch a reopened fork of ``source`` (last committed ``last``) runs again: the
-    one it planned and never committed, else its last committed one."""
-    planned = _logged_batches(source / "offsets")
-    return last + 1 if planned and planned[-1] > last else last
 
 
 def _keep(relative: Path, last: int, rerun: int | None = None) -> bool:
@@ -208,42 +193,39 @@ def fork_committed(
     """
     src_storage, src_root = storage_of(source)
     dst_storage, dst_root = storage_of(target)
-    if src_storage.scheme != "file" or dst_storage.scheme != "file":
-        if src_storage is not dst_storage:
+    if dst_storage.scheme != "file":
+        if src_storage.scheme != "file" and src_storage is not dst_storage:
             raise CheckpointError(
-                f"fork: {src_root!r} and {dst_root!r} are on different file systems; a fork "
-                "copies within one"
+                f"fork: {src_root!r} and {dst_root!r} are on different remote file systems; "
+                "a fork copies within one, or between it and the local disk"
             )
-        return _fork_through(src_storage, src_root, dst_root, live, reopen_last)
-    src, dst = Path(src_root), Path(dst_root)
-    if not (src / "metadata").is_file() and not (src / ELASTIC_DIR / JOB_FILE).is_file():
-        raise CheckpointError(f"fork: {str(src)!r} is not a checkpoint directory")
+        return _fork_to_remote(src_storage, src_root, dst_storage, dst_root, live, reopen_last)
+    dst = Path(dst_root)
     if dst.exists():
         raise CheckpointError(
             f"fork: target {str(dst)!r} exists already; forks go to new generations"
         )
-    last = last_committed_batch(src)
-    rerun = _rerun(src, last) if reopen_last and last >= 0 else None
+    last, kept = _committed_prefix(src_storage, src_root, reopen_last)
+    local_source = src_storage.scheme == "file"
     staging = dst.with_name(f".{dst.name}.forking")
     shutil.rmtree(staging, ignore_errors=True)
-    files = size = 0
-    try:
-        for path in sorted(src.rglob("*")):
-            if not path.is_file():
-                continue
-            relative = path.relative_to(src)
-            if not _keep(relative, last, rerun):
-                continue
-            out = staging / relative
-            out.parent.mkdir(parents=True, exist_ok=True)
+
+    def fetch(name: str) -> bool:
+        out = staging / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if local_source:
             try:
-                _link_or_copy(path, out)
+                _link_or_copy(Path(src_root) / name, out)
             except FileNotFoundError:
-                if not (live and relative.parts[0] == "state"):
-                    raise
-                continue
-            files += 1
-            size += out.stat().st_size
+                return _vanished(src_root, name, live)
+            return True
+        return src_storage.download(src_storage.join(src_root, name), str(out)) or _vanished(
+            src_root, name, live
+        )
+
+    try:
+        # Linking is quick; a download waits on the file system, so they overlap.
+        copied = _each(fetch, [name for name, _ in kept], 1 if local_source else COPY_THREADS)
         staging.mkdir(parents=True, exist_ok=True)
         # The rename publishes the fork whole: a crash mid-copy leaves only the staging dir.
         os.replace(staging, dst)
@@ -251,7 +233,46 @@ def fork_committed(
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
-    return ForkResult(last, files, size)
+    return _result(last, kept, copied)
+
+
+def _committed_prefix(
+    storage: Storage, root: str, reopen_last: bool
+) -> tuple[int, list[tuple[str, int]]]:
+    """The source's last committed batch and the files of its committed prefix, with sizes."""
+    listed = dict(storage.files(root))
+    if "metadata" not in listed and f"{ELASTIC_DIR}/{JOB_FILE}" not in listed:
+        raise CheckpointError(f"fork: {root!r} is not a checkpoint directory")
+    commits = _numbered_files(listed, "commits")
+    last = commits[-1] if commits else -1
+    rerun = None
+    if reopen_last and last >= 0:
+        planned = _numbered_files(listed, "offsets")
+        rerun = last + 1 if planned and planned[-1] > last else last
+    return last, [(n, size) for n, size in sorted(listed.items()) if _keep(Path(n), last, rerun)]
+
+
+def _vanished(root: str, name: str, live: bool) -> bool:
+    """False for a state file a live source deleted since it was listed; else an error."""
+    if live and name.startswith("state/"):
+        return False
+    raise CheckpointError(f"fork: {root}/{name} vanished while it was copied")
+
+
+def _each(copy: Callable[[str], bool], names: list[str], threads: int) -> list[bool]:
+    """``copy`` each name, ``threads`` at a time (py4j gives each thread a connection)."""
+    if threads <= 1:
+        return [copy(name) for name in names]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(copy, names))
+
+
+def _result(last: int, kept: list[tuple[str, int]], copied: list[bool]) -> ForkResult:
+    return ForkResult(
+        last,
+        sum(copied),
+        sum(size for (_, size), done in zip(kept, copied, strict=True) if done),
+    )
 
 
 def is_forked(target: str | os.PathLike[str]) -> bool:
@@ -263,45 +284,45 @@ def is_forked(target: str | os.PathLike[str]) -> bool:
     return storage.exists(storage.join(root, ELASTIC_DIR, FORKED_FILE))
 
 
-def _fork_through(
-    storage: Storage, src: str, dst: str, live: bool, reopen_last: bool
+def _fork_to_remote(
+    src_storage: Storage,
+    src: str,
+    storage: Storage,
+    dst: str,
+    live: bool,
+    reopen_last: bool,
 ) -> ForkResult:
-    """:func:`fork_committed` on a file system without links or atomic directory renames."""
-    listed = dict(storage.files(src))
-    if "metadata" not in listed and f"{ELASTIC_DIR}/{JOB_FILE}" not in listed:
-        raise CheckpointError(f"fork: {src!r} is not a checkpoint directory")
+    """:func:`fork_committed` onto a file system without links or atomic directory renames:
+    every file copied (or uploaded from the local disk), ``job.json`` after the rest, and
+    the fork whole once its ``forked.json`` exists."""
+    last, kept = _committed_prefix(src_storage, src, reopen_last)
     if storage.exists(dst):
         if storage.exists(storage.join(dst, ELASTIC_DIR, FORKED_FILE)):
             raise CheckpointError(
                 f"fork: target {dst!r} exists already; forks go to new generations"
             )
         storage.delete(dst)  # a fork that died half-way: no one ever ran on it
-    commits = _numbered_files(listed, "commits")
-    last = commits[-1] if commits else -1
-    rerun = None
-    if reopen_last and last >= 0:
-        planned = _numbered_files(listed, "offsets")
-        rerun = last + 1 if planned and planned[-1] > last else last
-    kept = [(n, length) for n, length in sorted(listed.items()) if _keep(Path(n), last, rerun)]
 
     def copy(name: str) -> bool:
-        if storage.copy(storage.join(src, name), storage.join(dst, name)):
+        target = storage.join(dst, name)
+        if src_storage.scheme == "file":
+            local = str(Path(src) / name)
+            if not os.path.exists(local):
+                return _vanished(src, name, live)
+            storage.upload(local, target)
             return True
-        if not (live and name.startswith("state/")):
-            raise CheckpointError(f"fork: {src}/{name} vanished while it was copied")
-        return False
+        return storage.copy(storage.join(src, name), target) or _vanished(src, name, live)
 
-    # Each copy is a few round trips to the file system (create, write, close): on S3 and
-    # HDFS tens of milliseconds, nearly all waiting, so they overlap (py4j gives each
-    # Python thread a connection of its own).
-    with concurrent.futures.ThreadPoolExecutor(COPY_THREADS) as pool:
-        copied = list(pool.map(copy, [name for name, _ in kept]))
-    files = sum(copied)
-    size = sum(length for (_, length), done in zip(kept, copied, strict=True) if done)
-    marker = json.dumps({"source": src, "lastCommitted": last, "files": files, "bytes": size})
+    job = f"{ELASTIC_DIR}/{JOB_FILE}"
+    # The job file after the rest: a checkpoint with one is a whole one (rescale does the same).
+    first = [name for name, _ in kept if name != job]
+    copied = dict(zip(first, _each(copy, first, COPY_THREADS), strict=True))
+    if any(name == job for name, _ in kept):
+        copied[job] = copy(job)
+    marker = json.dumps({"source": src, "lastCommitted": last, "files": len(copied)})
     if not storage.create(storage.join(dst, ELASTIC_DIR, FORKED_FILE), marker.encode()):
         raise CheckpointError(f"fork: another fork into {dst!r} finished meanwhile")
-    return ForkResult(last, files, size)
+    return _result(last, kept, [copied[name] for name, _ in kept])
 
 
 def _numbered_files(listed: Iterable[str], log: str) -> list[int]:

@@ -30,6 +30,7 @@ the move is called off.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 import tempfile
@@ -41,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_elastic.errors import ProtocolError
+from spark_elastic.errors import ProtocolError, StorageError
 from spark_elastic.log.gate import read_gate, write_gate
 from spark_elastic.runtime.container.checkpoint import (
     _fence_published,
@@ -61,6 +62,7 @@ from spark_elastic.runtime.container.follow import (
     holders_idle,
     holders_stopping,
     read_all_it_could,
+    scratch_for,
     source_fences,
 )
 from spark_elastic.runtime.container.query import (
@@ -78,8 +80,9 @@ from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.lease import ContainerLease
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
-from spark_elastic.state.checkpoint_dir import Fence, elastic_dir, write_fences
+from spark_elastic.state.checkpoint_dir import Fence, elastic_dir, storage_of, write_fences
 from spark_elastic.state.shipped import ship_fences
+from spark_elastic.storage import is_local
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -332,7 +335,13 @@ class _Replayer:
             warm,
         )
         self.plan = grown_plan(job.grouper, _factor_of(warm, job), model.planned, model.partitions)
-        self.gate = str(elastic_dir(warm.checkpoint) / self.GATE_FILE)
+        # Read on this driver by the source, each trigger: a local file, off the checkpoint
+        # when the checkpoint is on HDFS or S3.
+        self.gate = str(
+            elastic_dir(warm.checkpoint) / self.GATE_FILE
+            if is_local(warm.checkpoint)
+            else scratch_for(warm.checkpoint) / f"{Path(warm.checkpoint).name}.{self.GATE_FILE}"
+        )
         self.live = threading.Event()
         self.fences: list[Fence] = []
         self.query: StreamingQuery | None = None
@@ -368,7 +377,7 @@ class _Replayer:
             return False
         self.follow(model)
         self.start_gate = self.gate_offsets
-        self.starts = _rescaled_starts(Path(self.warm.checkpoint), self.plan, self.warm)
+        self.starts = _rescaled_starts(self.warm.checkpoint, self.plan, self.warm)
         self.query = self._start()
         _log(
             f"replaying: {snapshot.keys} keys as of batches {sorted(snapshot.sources.values())} "
@@ -579,7 +588,9 @@ class _Replayer:
         """The move was called off: stop the query, remove the checkpoint no one will read."""
         if self.query is not None:
             _stop_within(self.query, self.settings.shutdown_s)
-        shutil.rmtree(self.warm.checkpoint, ignore_errors=True)
+        storage, root = storage_of(self.warm.checkpoint)
+        with contextlib.suppress(StorageError):
+            storage.delete(root)
         drop_snapshot(self.warm.checkpoint)
 
 

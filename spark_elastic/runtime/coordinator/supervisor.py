@@ -55,7 +55,6 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
@@ -186,7 +185,8 @@ class JobShape:
         str
             ``<root>/generations/<generation:06d>-<container_id>``.
         """
-        return str(Path(self.checkpoint_root) / "generations" / f"{generation:06d}-{container_id}")
+        # Joined as text: a root on HDFS or S3 is a URI, which Path would fold.
+        return f"{self.checkpoint_root.rstrip('/')}/generations/{generation:06d}-{container_id}"
 
 
 def _cause_of(reason: str) -> str:
