@@ -136,6 +136,8 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     storage.delete(base)
 
 
+# `make test-all`: `make test`'s story in test_storage_jobs.py forks on each file system.
+@pytest.mark.long
 def test_a_fork_on_a_remote_file_system_resumes_where_its_source_committed(
     tmp_path: Path, remote: Remote
 ) -> None:
