@@ -276,10 +276,10 @@ def checkpoint_path(location: str | os.PathLike[str], name: str = "checkpoint") 
 
     Runs on the driver. A plain path or a ``file:`` URI (``file:///data/cp``,
     ``file:/data/cp``, ``file://localhost/data/cp``) names the directory
-    Spark writes; the library's own files go beside Spark's there. Other
-    schemes (``s3a://``, ``abfss://``, ``gs://``, ``hdfs://``) are refused
-    until the library can write there: its files would otherwise land in a
-    local directory named after the URI.
+    Spark writes; the library's own files go beside Spark's there. This is
+    the local half of :func:`checkpoint_location`, for what only the local
+    disk has (a lock file, a gate): other schemes are refused here, so that
+    nothing lands in a local directory named after a URI.
 
     Parameters
     ----------
@@ -308,9 +308,8 @@ def checkpoint_path(location: str | os.PathLike[str], name: str = "checkpoint") 
     if parsed.scheme.lower() != "file":
         raise ArgumentError.invalid(
             name,
-            "a local path or file:// URI (spark-elastic writes its job file and owner lock "
-            f"beside Spark's, on local file systems only; {parsed.scheme}:// is not supported "
-            "yet, and nothing was written)",
+            f"a local path or file:// URI here ({parsed.scheme}:// is not the local disk; "
+            "nothing was written)",
             text,
         )
     if parsed.netloc not in _LOCAL_HOSTS or not parsed.path.startswith("/"):

@@ -978,8 +978,11 @@ def with_task_state(
     job
         The job's name: checkpoints of different jobs are never mixed.
     checkpoint_location
-        The query's checkpoint directory: a local path or a ``file:`` URI,
-        as given to ``checkpointLocation``; other schemes are refused.
+        The query's checkpoint directory, as given to ``checkpointLocation``:
+        a local path, a ``file:`` URI, or a URI of a file system that can
+        create a file only if absent (``hdfs:``, ``s3a:``, ``gs:``,
+        ``abfs[s]:``), reached with the session's ``spark.hadoop.*``
+        settings; other schemes are refused.
     elasticity_factor, grouper, partitions, plan, hash, system, columns
         As for :func:`~spark_elastic.with_virtual_tasks`.
     tasks
