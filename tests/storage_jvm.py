@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kafka_jvm import JARS, _die_with_parent, free_port, java, stop
 
@@ -62,6 +63,13 @@ class StorageServer:
     hadoop: dict[str, str] = field(default_factory=dict)
     """Hadoop settings for clients (``spark.hadoop.`` + key in a Spark conf)."""
     started_in_s: float = 0.0
+
+    def reach_from(self, spark: Any) -> None:
+        """Point a running session's Hadoop at this server (what ``spark.hadoop.*`` does at
+        start)."""
+        conf = spark._jsc.hadoopConfiguration()
+        for key, value in self.hadoop.items():
+            conf.set(key, value)
 
     def spark_conf(self) -> dict[str, str]:
         """The settings as a Spark conf: ``{"spark.hadoop.KEY": value}``."""

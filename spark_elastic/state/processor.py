@@ -1636,7 +1636,8 @@ def _offsets_in(
 def _query_id(checkpoint: str) -> str | None:
     """The id in Spark's ``metadata`` file of the checkpoint (driver, once per query start)."""
     try:
-        data = storage_for(checkpoint).read(storage_for(checkpoint).join(checkpoint, "metadata"))
+        storage = storage_for(checkpoint)
+        data = storage.read(storage.join(checkpoint, "metadata"))
         return None if data is None else str(json.loads(data)["id"])
     except (StorageError, ValueError, KeyError):
         return None

@@ -49,13 +49,6 @@ class Place:
         return self.storage.join(self.root, *names)
 
 
-def _reach(spark: SparkSession, server: storage_jvm.StorageServer) -> None:
-    """Point the session's Hadoop at ``server`` (what ``spark.hadoop.*`` does at start)."""
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    for key, value in server.hadoop.items():
-        conf.set(key, value)
-
-
 @pytest.fixture(params=FILE_SYSTEMS)
 def place(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: object) -> Iterator[Place]:
     name = f"spec-{uuid.uuid4().hex[:12]}"
@@ -63,7 +56,7 @@ def place(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: object)
         yield Place(open_storage(str(tmp_path)), str(tmp_path))
         return
     server: storage_jvm.StorageServer = request.getfixturevalue(request.param)
-    _reach(spark, server)
+    server.reach_from(spark)
     root = f"{server.uri}/{name}"
     storage = open_storage(root, spark)
     yield Place(storage, root)
@@ -76,7 +69,7 @@ def test_local_paths_and_file_uris_need_no_jvm_and_other_schemes_go_through_hado
     assert isinstance(open_storage("/tmp/x"), LocalStorage)
     assert isinstance(open_storage("file:///tmp/x"), LocalStorage)
     assert isinstance(open_storage("relative/dir"), LocalStorage)
-    _reach(spark, hdfs)
+    hdfs.reach_from(spark)
     storage = open_storage(f"{hdfs.uri}/x", spark)
     assert isinstance(storage, HadoopStorage)
     assert storage.scheme == "hdfs"

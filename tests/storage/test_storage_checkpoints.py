@@ -37,13 +37,6 @@ from spark_elastic.storage import Storage, open_storage
 pytestmark = pytest.mark.slow
 
 
-def _reach(spark: SparkSession, server: storage_jvm.StorageServer) -> None:
-    """Point the session's Hadoop at ``server`` (what ``spark.hadoop.*`` does at start)."""
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    for key, value in server.hadoop.items():
-        conf.set(key, value)
-
-
 @dataclass(frozen=True)
 class Remote:
     """A fresh directory on one remote file system, its storage, and a job on the embedded log."""
@@ -60,7 +53,7 @@ def remote(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path) 
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     server: storage_jvm.StorageServer = request.getfixturevalue(request.param)
-    _reach(spark, server)
+    server.reach_from(spark)
     base = f"{server.uri}/checkpoints-{uuid.uuid4().hex[:12]}"
     job = Job(spark, tmp_path / "job", random.Random(seed))
     return Remote(base, open_storage(base, spark), job, server, request.param)

@@ -118,9 +118,7 @@ def test_a_job_on_a_remote_file_system_publishes_once_through_a_zombie_and_a_sca
     # With its checkpoints there too, a paused container's successor forks its checkpoint
     # there, and (on S3) a scale's new owners warm up from snapshots they copy there.
     server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    for key, value in server.hadoop.items():
-        conf.set(key, value)
+    server.reach_from(spark)
     base = f"{server.uri}/jobs-{uuid.uuid4().hex[:8]}"
     sink = ParquetSink(f"{base}/out")
     monkeypatch.setenv("CLICKS_OUT", sink.path)
