@@ -87,21 +87,24 @@ $(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml maven/hdfs/pom.xml 
 	mvn -q -B -f maven/s3a/pom.xml dependency:copy-dependencies -DexcludeGroupIds=$(PYSPARK_HAS) -DoutputDirectory=$(abspath $(JARS)/s3a)
 	@touch $@
 
-# spark-elastic's own jar, beside the connector's: the `gated-kafka` source (java/), Spark's
-# Kafka source held at a gate file, compiled against pyspark's jars.
+# spark-elastic's own jars, compiled from java/ against pyspark's jars: the `gated-kafka`
+# source (Spark's Kafka source held at a gate file) beside the connector's jars, and the S3
+# checkpoint manager (a no-overwrite create is a conditional put) beside the S3A client's.
 GATED_JAR := $(JARS)/spark-kafka/spark-elastic-gated-kafka.jar
+S3A_JAR   := $(JARS)/s3a/spark-elastic-s3a.jar
 JAVA_SRC  := $(shell find java -type f)
 
-$(GATED_JAR): $(JAVA_SRC) $(JARS_STAMP) $(STAMP)
+$(GATED_JAR) $(S3A_JAR) &: $(JAVA_SRC) $(JARS_STAMP) $(STAMP)
 	@command -v javac >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' compiles java/ and 'javac' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
 	rm -rf build/java && mkdir -p build/java
 	javac -Xlint:all,-path -Werror --release 17 -d build/java \
 		-cp "$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" \
 		$(filter %.java,$(JAVA_SRC))
 	cp -r java/META-INF build/java/
-	jar cf $@ -C build/java .
+	jar cf $(GATED_JAR) -C build/java META-INF -C build/java io/github/sparkelastic/kafka
+	jar cf $(S3A_JAR) -C build/java io/github/sparkelastic/s3a
 
-jars: $(JARS_STAMP) $(GATED_JAR)
+jars: $(JARS_STAMP) $(GATED_JAR) $(S3A_JAR)
 
 # A Kafka broker on 127.0.0.1:$(KAFKA_PORT) (0: a free port) for trying the project; Ctrl-C stops it.
 KAFKA_PORT ?= 9092

@@ -20,8 +20,13 @@ CPU-seconds instead of 246 (docs/stateful.md#checkpoint-files). Its one
 difference, a rename that does not refuse an existing file by itself, is
 covered by what already keeps one writer per checkpoint (its owner lock,
 the coordinator's leases). A session that names a manager keeps it. A
-checkpoint off the local disk (HDFS, S3) keeps Spark's default, whose
-rename without overwrite is the NameNode's own atomic step, and gets RocksDB's
+checkpoint on HDFS keeps Spark's default, whose rename without overwrite
+is the NameNode's own atomic step. One on S3 gets the project's
+``ConditionalPutCheckpointFileManager`` (java/): S3 renames by copying after
+a separate existence check, so two drivers could both publish one batch's
+offsets; it writes each file in place, and a create that must not overwrite
+is a conditional put (``If-None-Match: *``) that only one writer wins. Both
+get RocksDB's
 changelog checkpointing (unless the session says otherwise): each batch
 uploads the changes it made, not a new snapshot, so batches there ran at
 0.92-0.96x the local disk's time and a fork copied a third of the bytes
@@ -63,8 +68,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.dataplane.session import ROCKSDB_PROVIDER
-from spark_elastic.errors import ArgumentError
-from spark_elastic.storage import is_local
+from spark_elastic.errors import ArgumentError, CheckpointError
+from spark_elastic.storage import is_local, scheme_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -180,6 +185,29 @@ def _file_system_manager(spark: SparkSession) -> str | None:
     return _MANAGER["class"]
 
 
+S3A_MANAGER = "io.github.sparkelastic.s3a.ConditionalPutCheckpointFileManager"
+"""The checkpoint file manager of a query checkpointing on S3 (java/, ``make jars``)."""
+
+
+def _s3a_manager(spark: SparkSession, location: str) -> str:
+    """:data:`S3A_MANAGER`, when the session's class loader has it.
+
+    Runs on the driver, once per start of a stateful query checkpointing on
+    ``s3a://``. Spark's own managers publish by rename, which S3 does as a
+    copy after a separate existence check: two drivers could both publish
+    one batch. Starting without ours would lose that fence silently.
+    """
+    from py4j.java_gateway import JavaClass
+
+    if not isinstance(spark._jvm.__getattr__(S3A_MANAGER), JavaClass):  # type: ignore[union-attr]
+        raise CheckpointError(
+            f"checkpointLocation {location}: expected spark-elastic's S3 checkpoint manager "
+            f"({S3A_MANAGER}) in the session's spark.jars ('make jars' puts "
+            "spark-elastic-s3a.jar in .cache/jars/s3a, beside the S3A client), found it missing"
+        )
+    return S3A_MANAGER
+
+
 @contextlib.contextmanager
 def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
     """Set ``settings`` on the session for the body, then restore (or unset) each one.
@@ -228,7 +256,12 @@ def _with_query_settings(original: Callable[..., Any], observation: str) -> Call
             if location is not None and not is_local(location):
                 # Off the local disk, Spark's own FileContext manager: its rename without
                 # overwrite is atomic at an HDFS NameNode (the FileSystem one checks first).
+                # On S3 a rename is a copy: ours writes in place, conditionally.
                 settings.pop(CHECKPOINT_MANAGER_KEY, None)
+                if scheme_of(location) == "s3a" and not self._spark.conf.get(
+                    CHECKPOINT_MANAGER_KEY, None
+                ):
+                    settings[CHECKPOINT_MANAGER_KEY] = _s3a_manager(self._spark, location)
                 if self._spark.conf.get(CHANGELOG_KEY, None) is None:
                     # Each batch uploads its changes, not a new RocksDB snapshot of them.
                     settings[CHANGELOG_KEY] = "true"

@@ -31,7 +31,11 @@ from spark_elastic import read_checkpoint, rescale
 from spark_elastic.errors import CheckpointError
 from spark_elastic.runtime.container.generations import fork_committed, is_forked
 from spark_elastic.state.checkpoint_dir import last_batch, read_job
-from spark_elastic.state.query_settings import CHANGELOG_KEY
+from spark_elastic.state.query_settings import (
+    CHANGELOG_KEY,
+    CHECKPOINT_MANAGER_KEY,
+    S3A_MANAGER,
+)
 from spark_elastic.storage import Storage, open_storage
 
 pytestmark = pytest.mark.slow
@@ -110,9 +114,13 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     )
     try:
         query.processAllAvailable()
-        # Spark's own FileContext manager off the local disk (its rename is atomic on HDFS).
+        # Spark's own FileContext manager on HDFS (its rename is atomic at the NameNode); on
+        # S3 the project's, whose no-overwrite create is a conditional put.
         session = query._jsq.streamingQuery().sparkSessionForStream()  # type: ignore[attr-defined]
-        assert not session.conf().contains("spark.sql.streaming.checkpointFileManagerClass")
+        if remote.file_system == "hdfs":
+            assert not session.conf().contains(CHECKPOINT_MANAGER_KEY)
+        else:
+            assert session.conf().get(CHECKPOINT_MANAGER_KEY) == S3A_MANAGER
         # And RocksDB's changelog checkpointing: a batch uploads its changes, not a snapshot.
         assert session.conf().get(CHANGELOG_KEY) == "true"
         held = storage.read(owner)
@@ -127,6 +135,85 @@ def test_a_stateful_query_checkpoints_on_a_remote_file_system_and_resumes_exactl
     _counted_once(job, 300)
     assert sorted(os.listdir(tmp_path)) == ["job", "out"], "nothing written anywhere else"
     storage.delete(base)
+
+
+def _manager(spark: SparkSession, root: str) -> object:
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    return jvm.__getattr__(S3A_MANAGER)(jvm.org.apache.hadoop.fs.Path(root), conf)
+
+
+def _write(manager: object, path: object, data: bytes, overwrite: bool) -> object:
+    stream = manager.createAtomic(path, overwrite)  # type: ignore[attr-defined]
+    stream.write(bytearray(data))
+    return stream
+
+
+def test_on_s3_two_drivers_writing_one_batch_file_cannot_both_publish(
+    spark: SparkSession, s3: storage_jvm.StorageServer
+) -> None:
+    """Spark's offsets and commit logs create each batch's file without overwrite.
+
+    On S3 that create is a conditional put: when a zombie driver and its
+    successor both write batch 7's file, whichever completes second fails and
+    the first one's bytes stay; a cancelled write leaves nothing; a create
+    that may overwrite (RocksDB's files) replaces in place.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    s3.reach_from(spark)
+    base = f"{s3.uri}/manager-{uuid.uuid4().hex[:12]}"
+    storage = open_storage(base, spark)
+    manager = _manager(spark, base)
+    path = spark._jvm.org.apache.hadoop.fs.Path(f"{base}/offsets/7")  # type: ignore[attr-defined]
+
+    # Both open before either completes: an existence check would pass for both.
+    zombie = _write(manager, path, b"zombie's batch 7", overwrite=False)
+    successor = _write(manager, path, b"successor's batch 7", overwrite=False)
+    successor.close()  # type: ignore[attr-defined]
+    with pytest.raises(Py4JJavaError) as lost:
+        zombie.close()  # type: ignore[attr-defined]
+    assert "FileAlreadyExists" in str(lost.value) or "412" in str(lost.value)
+    assert storage.read(f"{base}/offsets/7") == b"successor's batch 7"
+    with pytest.raises(Py4JJavaError):
+        _write(manager, path, b"late", overwrite=False).close()  # type: ignore[attr-defined]
+    assert storage.read(f"{base}/offsets/7") == b"successor's batch 7"
+
+    cancelled = _write(
+        manager, spark._jvm.org.apache.hadoop.fs.Path(f"{base}/offsets/8"), b"x", False
+    )  # type: ignore[attr-defined]
+    cancelled.cancel()  # type: ignore[attr-defined]
+    assert not storage.exists(f"{base}/offsets/8")
+
+    _write(manager, path, b"replaced", overwrite=True).close()  # type: ignore[attr-defined]
+    assert storage.read(f"{base}/offsets/7") == b"replaced"
+    assert storage.list(f"{base}/offsets") == ["7"], "no temporary file left beside it"
+    storage.delete(base)
+
+
+def test_a_query_checkpointing_on_s3_without_the_projects_manager_is_refused(
+    spark: SparkSession,
+    s3: storage_jvm.StorageServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import spark_elastic.state.query_settings as query_settings
+
+    s3.reach_from(spark)
+    base = f"{s3.uri}/no-manager-{uuid.uuid4().hex[:12]}"
+    job = Job(spark, tmp_path / "job", random.Random(0))
+    job.produce(10)
+    absent = "io.github.sparkelastic.s3a.Absent"
+    monkeypatch.setattr(query_settings, "S3A_MANAGER", absent)
+    partitions = job.log.partition_counts([TOPIC])
+    with pytest.raises(CheckpointError) as refused:
+        run_to_end(job, f"{base}/cp", tmp_path / "out", elasticity_factor=2, partitions=partitions)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{base}/cp" in message
+    assert absent in message
+    assert "make jars" in message
+    assert not open_storage(base, spark).exists(f"{base}/cp/offsets"), "Spark never started"
 
 
 # `make test-all`: `make test`'s story in test_storage_jobs.py forks on each file system.
