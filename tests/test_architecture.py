@@ -285,3 +285,65 @@ def test_importing_the_package_loads_no_spark_pandas_or_arrow(heavy: str) -> Non
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "False"
+
+
+# Moving, linking and copying files is the file layer's (spark_elastic/storage): the steps a
+# local disk has and an object store does not. Elsewhere only these, each on files that are
+# not a job's checkpoints, forks, snapshots, seeds, fences or output.
+FILE_STEPS_ALLOWED = {
+    # The embedded log's own segments and its gate files: a broker's files, on the host that
+    # runs it (log/ may not import storage: dependencies point one way).
+    ("spark_elastic.log.embedded", "os.rename"),
+    ("spark_elastic.log.embedded", "os.replace"),
+    ("spark_elastic.log.gate", "os.replace"),
+    # A plan file the user names (save_plan), read back by the user.
+    ("spark_elastic.model.plan", "os.replace"),
+    # The driver's own temporary directory of files Spark ships to executors.
+    ("spark_elastic.state.shipped", "shutil.rmtree"),
+    # Looking java up on PATH touches no file.
+    ("spark_elastic.dataplane.session", "shutil.which"),
+}
+_OS_FILE_STEPS = {"rename", "renames", "replace", "link", "symlink"}
+_PATH_FILE_STEPS = {"rename", "hardlink_to", "symlink_to", "link_to"}
+
+
+def file_steps(tree: ast.AST) -> Iterator[str]:
+    """Each ``os.rename``-like, ``shutil.*`` or ``Path.rename``-like step named in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "shutil"):
+            for alias in node.names:
+                if node.module == "shutil" or alias.name in _OS_FILE_STEPS:
+                    yield f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Attribute):
+            owner = node.value.id if isinstance(node.value, ast.Name) else None
+            if owner == "shutil" or (owner == "os" and node.attr in _OS_FILE_STEPS):
+                yield f"{owner}.{node.attr}"
+            elif owner not in ("os", "shutil") and node.attr in _PATH_FILE_STEPS:
+                yield f"<path>.{node.attr}"
+
+
+def test_only_the_file_layer_moves_links_or_copies_job_files() -> None:
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if module.startswith("spark_elastic.storage"):
+            continue
+        found |= {(module, step) for step in file_steps(ast.parse(path.read_text()))}
+    assert sorted(found - FILE_STEPS_ALLOWED) == []
+    assert sorted(FILE_STEPS_ALLOWED - found) == [], "an allowance no module needs any more"
+
+
+def test_the_file_step_finder_sees_each_way_of_naming_a_step() -> None:
+    source = (
+        "import os, shutil\nfrom os import link\nfrom shutil import copytree\n"
+        "os.replace(a, b)\nshutil.rmtree(c)\nPath(d).rename(e)\nf = os.link\n"
+        "os.path.join(a, b)\nname.replace('a', 'b')\n"
+    )
+    assert sorted(file_steps(ast.parse(source))) == [
+        "<path>.rename",
+        "os.link",
+        "os.link",
+        "os.replace",
+        "shutil.copytree",
+        "shutil.rmtree",
+    ]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -68,12 +67,15 @@ from spark_elastic.state.chunks import (
     min_depth,
     regroup,
 )
+from spark_elastic.storage import LocalStorage
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["RescaleResult", "SourceCheckpoint", "rescale", "starting_offsets", "stopped_source"]
+
+_LOCAL = LocalStorage()
 
 
 @dataclass(frozen=True)
@@ -591,9 +593,9 @@ def _write_target(target: Path | str, write: Callable[[Path | str], int]) -> int
             keys = write(staging)
             if target.exists():
                 target.rmdir()
-            os.rename(staging, target)
+            _LOCAL.move(str(staging), str(target))
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            _LOCAL.discard(str(staging))
             raise
         return keys
     storage, root = storage_of(target)

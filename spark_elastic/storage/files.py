@@ -10,7 +10,10 @@ makes it visible (:mod:`.commits`).
 :class:`LocalStorage` keeps the local disk as fast as plain files: a file is
 written beside its name and hard-linked into place (``link`` fails when the
 name exists, so two writers cannot both win, and a reader never sees half a
-file). :func:`~spark_elastic.storage.resolve.open_storage` picks it for plain
+file). It also has the local disk's own steps (``link``, ``link_tree``,
+``move``, ``discard``), which forks and snapshots between local paths use:
+nothing outside this package renames, links or copies a job's files.
+:func:`~spark_elastic.storage.resolve.open_storage` picks it for plain
 paths and ``file:`` URIs, and the Hadoop file system Spark itself uses for
 every other scheme.
 """
@@ -243,6 +246,57 @@ class LocalStorage(Storage):
             return None
         except OSError as exc:
             raise _local_error(local_path(path), "look up", exc) from None
+
+    # The local disk's own fast steps: no other file system has them, so callers use them on
+    # paths they know are local (a fork between two local checkpoints, a host's scratch).
+
+    def link(self, source: str, target: str) -> bool:
+        """Hard-link ``source`` at ``target`` (a copy across devices), making its parents.
+
+        Returns ``False`` when ``source`` is gone (deleted by a running query).
+        """
+        src, dst = local_path(source), local_path(target)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            try:
+                os.link(src, dst)
+            except FileNotFoundError:
+                raise
+            except OSError:
+                shutil.copy2(src, dst)
+        except FileNotFoundError:
+            if os.path.exists(src):
+                raise _local_error(src, f"link to {dst}", FileNotFoundError()) from None
+            return False
+        except OSError as exc:
+            raise _local_error(src, f"link to {dst}", exc) from None
+        return True
+
+    def link_tree(self, source: str, target: str) -> None:
+        """Hard-link every file of the directory ``source`` under a new ``target``."""
+        try:
+            shutil.copytree(local_path(source), local_path(target), copy_function=os.link)
+        except (OSError, shutil.Error) as exc:
+            raise StorageError(f"{local_path(source)}: cannot link to {target} ({exc})") from None
+
+    def move(self, source: str, target: str) -> None:
+        """Rename ``source`` to ``target`` (absent, or an empty directory) in one atomic step.
+
+        How the local disk publishes a directory whole. Object stores have no
+        such step: :mod:`.commits` publishes there.
+        """
+        try:
+            os.replace(local_path(source), local_path(target))
+        except OSError as exc:
+            raise _local_error(local_path(source), f"move to {target}", exc) from None
+
+    def discard(self, path: str) -> None:
+        """Delete ``path`` (a file or a directory tree) if it is there, ignoring errors.
+
+        For scratch and staging directories, whose leftovers nothing reads.
+        """
+        with contextlib.suppress(StorageError):
+            self.delete(path)
 
     @staticmethod
     def _staged(target: str, data: bytes) -> str:

@@ -128,6 +128,36 @@ def test_put_replaces_read_list_and_delete_say_what_is_there(place: Place) -> No
     assert not storage.exists(place.path("d"))
 
 
+def test_the_local_disk_links_moves_and_discards_whole_directories(tmp_path: Path) -> None:
+    """The local disk's own steps, which forks and snapshots between local paths use."""
+    local = LocalStorage()
+    source = tmp_path / "source"
+    local.put(str(source / "state" / "1.zip"), b"state")
+    local.put(str(source / "offsets" / "0"), b"offsets")
+
+    assert local.link(str(source / "state" / "1.zip"), str(tmp_path / "fork" / "state" / "1.zip"))
+    assert (
+        os.stat(source / "state" / "1.zip").st_ino
+        == os.stat(tmp_path / "fork" / "state" / "1.zip").st_ino
+    ), "a hard link, not a copy"
+    assert not local.link(str(source / "gone"), str(tmp_path / "fork" / "gone")), "vanished"
+
+    local.link_tree(str(source), str(tmp_path / "rehearsal"))
+    assert local.files(str(tmp_path / "rehearsal")) == [("offsets/0", 7), ("state/1.zip", 5)]
+    with pytest.raises(StorageError, match="cannot link"):
+        local.link_tree(str(source), str(tmp_path / "rehearsal"))  # its target exists
+
+    local.move(str(tmp_path / "rehearsal"), str(tmp_path / "moved"))
+    assert not local.exists(str(tmp_path / "rehearsal"))
+    assert local.read(str(tmp_path / "moved" / "offsets" / "0")) == b"offsets"
+    with pytest.raises(StorageError, match="cannot move"):
+        local.move(str(tmp_path / "moved"), str(source))  # a directory with files in it
+
+    local.discard(str(tmp_path / "moved"))
+    local.discard(str(tmp_path / "moved"))  # nothing there: no error
+    assert not local.exists(str(tmp_path / "moved"))
+
+
 def test_a_sealed_log_refuses_its_writer_and_keeps_every_commit_before_the_seal(
     place: Place,
 ) -> None:

@@ -14,7 +14,6 @@ fences: records below them are applied (stateful) or passed over
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -35,11 +34,14 @@ from spark_elastic.state.checkpoint_dir import (
     storage_of,
     write_fences,
 )
+from spark_elastic.storage import LocalStorage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_elastic.model.plan import JobPlan
+
+_LOCAL = LocalStorage()
 
 
 def published_fences(
@@ -205,7 +207,7 @@ def _take_over(mine: ContainerModel, plan: JobPlan, spark: SparkSession) -> None
             f"{result.keys} keys in {time.monotonic() - started:.1f} s"
         )
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _LOCAL.discard(str(staging))
 
 
 def _rescaled_starts(

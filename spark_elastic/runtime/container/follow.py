@@ -37,7 +37,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,7 +55,7 @@ from spark_elastic.state.checkpoint_dir import (
     read_job,
     storage_of,
 )
-from spark_elastic.storage import is_local
+from spark_elastic.storage import LocalStorage, is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,6 +75,8 @@ __all__ = [
     "source_fences",
     "take_snapshot",
 ]
+
+_LOCAL = LocalStorage()
 
 _SOURCES_FILE = "sources.json"
 _CHECKPOINT = "checkpoint"
@@ -274,10 +275,10 @@ def _into_place(snapshot: Snapshot, target: str | os.PathLike[str]) -> Snapshot:
     the job file last, as a fork is.
     """
     if is_local(os.fspath(target)):
-        os.replace(snapshot.path, target)
+        _LOCAL.move(str(snapshot.path), os.fspath(target))
     else:
         fork_committed(snapshot.path, target)
-    shutil.rmtree(snapshot_dir(target), ignore_errors=True)
+    _LOCAL.discard(str(snapshot_dir(target)))
     return snapshot
 
 
@@ -354,18 +355,17 @@ def follow(
             spark,
             tasks=warm.tasks,
         )
-        shutil.rmtree(staging / "forks")
+        _LOCAL.delete(str(staging / "forks"))
         seconds = time.monotonic() - started
         (staging / _SOURCES_FILE).write_text(
             json.dumps({"sources": made_from, "keys": result.keys, "seconds": seconds})
         )
         # The sources file is written last and the directory replaced whole: a crash
         # leaves the old snapshot, or a staging directory no one reads.
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(home)
-        os.replace(staging, home)
+        _LOCAL.delete(str(home))
+        _LOCAL.move(str(staging), str(home))
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _LOCAL.discard(str(staging))
         raise
     return Snapshot(home / _CHECKPOINT, made_from, result.keys, seconds)
 
@@ -388,4 +388,4 @@ def take_snapshot(target: str | os.PathLike[str], sources: Sequence[str]) -> Sna
 
 def drop_snapshot(target: str | os.PathLike[str]) -> None:
     """Remove a warm-up's snapshot (its move was called off, or it was taken)."""
-    shutil.rmtree(snapshot_dir(target), ignore_errors=True)
+    _LOCAL.discard(str(snapshot_dir(target)))

@@ -39,11 +39,9 @@ checkpoint (its JVM reaches the file system).
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +54,7 @@ from spark_elastic.state.checkpoint_dir import (
     SEED_DIR,
     storage_of,
 )
-from spark_elastic.storage import Storage
+from spark_elastic.storage import LocalStorage, Storage
 
 __all__ = ["FORKED_FILE", "ForkResult", "fork_committed", "is_forked"]
 
@@ -66,6 +64,7 @@ FORKED_FILE = "forked.json"
 """Written last into a fork off the local disk: the fork is whole."""
 
 # A checkpoint file name's leading number: "12", ".12.crc", "3.zip", "3_<uuid>.zip", "7.changelog".
+_LOCAL = LocalStorage()
 _NUMBERED = re.compile(r"^\.?(\d+)(?:[._]|$)")
 
 
@@ -111,15 +110,6 @@ def last_committed_batch(checkpoint: str | os.PathLike[str]) -> int:
         (f"commits/{name}" for name in storage.list(storage.join(root, "commits"))), "commits"
     )
     return batches[-1] if batches else -1
-
-
-def _link_or_copy(path: Path, out: Path) -> None:
-    try:
-        os.link(path, out)
-    except FileNotFoundError:
-        raise
-    except OSError:
-        shutil.copy2(path, out)
 
 
 def _keep(relative: Path, last: int, rerun: int | None = None) -> bool:
@@ -208,30 +198,26 @@ def fork_committed(
     last, kept = _committed_prefix(src_storage, src_root, reopen_last)
     local_source = src_storage.scheme == "file"
     staging = dst.with_name(f".{dst.name}.forking")
-    shutil.rmtree(staging, ignore_errors=True)
+    _LOCAL.discard(str(staging))
 
     def fetch(name: str) -> bool:
-        out = staging / name
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = str(staging / name)
+        source_file = src_storage.join(src_root, name)
         if local_source:
-            try:
-                _link_or_copy(Path(src_root) / name, out)
-            except FileNotFoundError:
-                return _vanished(src_root, name, live)
-            return True
-        return src_storage.download(src_storage.join(src_root, name), str(out)) or _vanished(
-            src_root, name, live
-        )
+            fetched = _LOCAL.link(source_file, out)
+        else:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            fetched = src_storage.download(source_file, out)
+        return fetched or _vanished(src_root, name, live)
 
     try:
         # Linking is quick; a download waits on the file system, so they overlap.
         copied = _each(fetch, [name for name, _ in kept], 1 if local_source else COPY_THREADS)
         staging.mkdir(parents=True, exist_ok=True)
-        # The rename publishes the fork whole: a crash mid-copy leaves only the staging dir.
-        os.replace(staging, dst)
+        # The move publishes the fork whole: a crash mid-copy leaves only the staging dir.
+        _LOCAL.move(str(staging), str(dst))
     except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
+        _LOCAL.discard(str(staging))
         raise
     return _result(last, kept, copied)
 

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
-import shutil
 import tempfile
 import threading
 import time
@@ -82,7 +80,7 @@ from spark_elastic.runtime.lease import ContainerLease
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import Fence, elastic_dir, storage_of, write_fences
 from spark_elastic.state.shipped import ship_fences
-from spark_elastic.storage import is_local
+from spark_elastic.storage import LocalStorage, is_local
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -92,6 +90,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from spark_elastic.model.plan import JobPlan
+
+
+_LOCAL = LocalStorage()
 
 
 def _warm_up(spark: SparkSession) -> None:
@@ -120,7 +121,7 @@ def _rehearse(
     started = time.monotonic()
     try:
         copy = scratch / "checkpoint"
-        shutil.copytree(snapshot, copy, copy_function=os.link)
+        _LOCAL.link_tree(str(snapshot), str(copy))
         rehearsal = ContainerModel(warm.container_id, warm.tasks, warm.generation, str(copy))
         output = _output(spark, job, plan, rehearsal, _rescaled_starts(copy, plan, rehearsal))
         query = (
@@ -137,7 +138,7 @@ def _rehearse(
             query.stop()
         _log(f"rehearsed a first micro-batch in {time.monotonic() - started:.1f} s")
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _LOCAL.discard(str(scratch))
 
 
 @dataclass(frozen=True)
