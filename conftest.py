@@ -166,6 +166,8 @@ def spark() -> Iterator[SparkSession]:
         for folder in ("spark-kafka", "s3a")
         for p in (Path(__file__).parent / ".cache/jars" / folder).glob("*.jar")
     )
+    # An opt-in real object store's connector (tests/storage_jvm.py: SPARK_ELASTIC_CLOUD).
+    jars += [j for j in os.environ.get("SPARK_ELASTIC_CLOUD_JARS", "").split(",") if j]
     if jars:
         conf["spark.jars"] = ",".join(jars)
     session = local_session("spark-elastic-tests", conf=conf)

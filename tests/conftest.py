@@ -333,6 +333,22 @@ def hdfs() -> Iterator[storage_jvm.StorageServer]:
 
 
 @pytest.fixture(scope="session")
+def cloud() -> storage_jvm.StorageServer:
+    """A real object store (S3, GCS, ABFS), opt-in: skipped unless SPARK_ELASTIC_CLOUD names one.
+
+    Outside CI, with credentials; see docs/running-a-job.md#on-a-real-object-store.
+    """
+    try:
+        server = storage_jvm.cloud_from_env(dict(os.environ))
+        storage_jvm.cloud_jars(dict(os.environ))
+    except storage_jvm.StorageJvmError as why:
+        pytest.fail(str(why))
+    if server is None:
+        pytest.skip(f"no real object store: set {storage_jvm.CLOUD} to run the specs on one")
+    return server
+
+
+@pytest.fixture(scope="session")
 def s3() -> Iterator[storage_jvm.StorageServer]:
     """One real S3 server (s3proxy over a directory, bucket ``jobs``) for the worker's session.
 

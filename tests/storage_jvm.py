@@ -88,6 +88,44 @@ def s3a_jars() -> list[str]:
     return [str(p) for p in _jars(S3A_JARS, "S3A client")]
 
 
+CLOUD = "SPARK_ELASTIC_CLOUD"
+"""Opt-in: the root URI of a real object store for the specs (``s3a://``, ``gs://``, ``abfss://``)."""
+CLOUD_CONF = "SPARK_ELASTIC_CLOUD_CONF"
+"""Hadoop settings reaching it, whitespace-separated ``KEY=VALUE`` (credentials may instead
+come from the environment, as each connector reads them: ``AWS_ACCESS_KEY_ID``...)."""
+CLOUD_JARS = "SPARK_ELASTIC_CLOUD_JARS"
+"""Comma-separated jars of its connector, when pyspark and .cache/jars/s3a lack it (GCS, ABFS)."""
+
+
+def cloud_from_env(environ: dict[str, str]) -> StorageServer | None:
+    """The real object store the environment names (:data:`CLOUD`), or None.
+
+    Nothing is started or stopped (``pid`` is 0); each spec works under a
+    fresh directory of the root and deletes it.
+    """
+    uri = environ.get(CLOUD, "").rstrip("/")
+    if not uri:
+        return None
+    if "://" not in uri:
+        raise StorageJvmError(f"{CLOUD}: expected a URI such as s3a://bucket/prefix, found {uri!r}")
+    hadoop = {}
+    for item in environ.get(CLOUD_CONF, "").split():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise StorageJvmError(f"{CLOUD_CONF}: expected KEY=VALUE items, found {item!r}")
+        hadoop[key] = value
+    return StorageServer(uri, 0, Path(), Path(), hadoop)
+
+
+def cloud_jars(environ: dict[str, str]) -> list[str]:
+    """The jars :data:`CLOUD_JARS` names (checked to exist)."""
+    jars = [j for j in environ.get(CLOUD_JARS, "").split(",") if j]
+    missing = [j for j in jars if not Path(j).is_file()]
+    if missing:
+        raise StorageJvmError(f"{CLOUD_JARS}: expected jar files, found {missing} missing")
+    return jars
+
+
 def _spawn(command: list[str], workdir: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(

@@ -32,6 +32,7 @@ from jvm import CONTAINER_CONF
 from spark_elastic import EmbeddedLog, ParquetSink
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
 from spark_elastic.runtime.sinks import DATA_DIR
+from spark_elastic.storage import is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,6 +84,8 @@ class RunningJob:
     root: Path
     process: subprocess.Popen[str]
     url: str = ""
+    out: str = ""
+    """Where its Parquet sink publishes (``CLICKS_OUT``; ``root/out`` by default)."""
     pids: dict[int, str] = field(default_factory=dict)
     """PID -> container id of every container the status page has shown."""
 
@@ -117,8 +120,9 @@ class RunningJob:
             if c.get("state") == "running" and c.get("pid")
         }
 
-    def output_rows(self) -> list[tuple[str, int, int, int]]:
-        return output_rows(self.root / "out")
+    def output_rows(self, spark: SparkSession | None = None) -> list[tuple[str, int, int, int]]:
+        """Its published rows; ``spark`` reads them off the local disk (HDFS, S3)."""
+        return output_rows(self.out or self.root / "out", spark)
 
     def takeovers(self) -> dict[str, str]:
         """``{container id: how it took its tasks over}``, from the containers' logs.
@@ -133,7 +137,10 @@ class RunningJob:
             " checkpoints: ": "checkpoints",
         }
         found = {}
-        for path in sorted((self.root / "checkpoints" / "logs").glob("*.log")):
+        # The containers' logs: in the checkpoint root, or beside the store for a remote one.
+        logs = [*(self.root / "checkpoints" / "logs").glob("*.log")]
+        logs += (self.root / "logs").glob("*.log")
+        for path in sorted(logs):
             for line in path.read_text(errors="replace").splitlines():
                 if ": took over " in line:
                     found[path.stem] = next(way for words, way in ways.items() if words in line)
@@ -155,36 +162,52 @@ class RunningJob:
             launcher.kill(pid, container_id, signal.SIGKILL)
 
 
-def committed_batches(out: Path, container: str = "*") -> list[Path]:
+def committed_batches(
+    out: Path | str, container: str = "*", spark: SparkSession | None = None
+) -> list[str]:
     """The directories of the batches the sink at ``out`` committed, of ``container`` (all
-    by default): what a reader trusts (:meth:`ParquetSink.committed`)."""
-    dirs = [Path(d) for d in ParquetSink(str(out)).committed()]
+    by default): what a reader trusts (:meth:`ParquetSink.committed`; ``spark`` reaches
+    a sink off the local disk)."""
+    dirs = ParquetSink(str(out)).committed(spark)
     if container == "*":
         return dirs
-    return [d for d in dirs if d.parent.parent.parent.name == f"container={container}"]
+    return [d for d in dirs if f"/container={container}/" in d]
 
 
 def published_rows(
-    out: Path, columns: tuple[str, ...], container: str = "*"
+    out: Path | str,
+    columns: tuple[str, ...],
+    container: str = "*",
+    spark: SparkSession | None = None,
 ) -> list[tuple[Any, ...]]:
     """``columns`` of every row of every committed batch of ``container`` (all by default).
 
     A list, not a set: a record whose output was published twice shows twice, and the
-    stories compare it with a single pass row for row (exactly-once output).
+    stories compare it with a single pass row for row (exactly-once output). A sink on
+    the local disk is read with pyarrow, one off it with ``spark``.
     """
+    batches = committed_batches(out, container, spark)
+    if spark is not None and not is_local(str(out)):
+        if not batches:
+            return []
+        read = spark.read.parquet(*batches).select(*columns).collect()
+        return [tuple(r) for r in read]
     import pyarrow.parquet as pq
 
     rows: list[tuple[Any, ...]] = []
-    for batch in committed_batches(out, container):
+    for batch in batches:
         table = pq.read_table(batch).to_pydict()
         rows.extend(zip(*(table[c] for c in columns), strict=True))
     return rows
 
 
-def output_rows(out: Path) -> list[tuple[str, int, int, int]]:
+def output_rows(
+    out: Path | str, spark: SparkSession | None = None
+) -> list[tuple[str, int, int, int]]:
     """``(user, clicks, partition, offset)`` of every row :data:`JOB` published, sorted
     (see :func:`published_rows`); compared with :func:`key_ordered_counts`."""
-    return sorted(published_rows(out, ("user", "clicks", "partition", "offset")))
+    columns = ("user", "clicks", "partition", "offset")
+    return sorted(published_rows(out, columns, spark=spark))  # type: ignore[arg-type]
 
 
 def tagged_rows(out: Path) -> list[tuple[str, int, int, str]]:
@@ -262,7 +285,7 @@ class JobStarter:
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True
         )
-        job = RunningJob(clicks, process)
+        job = RunningJob(clicks, process, out=env.get("CLICKS_OUT", str(clicks / "out")))
         self.started.append(job)
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -301,8 +324,10 @@ class JobStarter:
         return "\n".join(parts)
 
 
-def all_applied(job: RunningJob, total: int) -> Callable[[], bool]:
-    return lambda: len({(u, o, p) for u, _, p, o in job.output_rows()}) >= total
+def all_applied(
+    job: RunningJob, total: int, spark: SparkSession | None = None
+) -> Callable[[], bool]:
+    return lambda: len({(u, o, p) for u, _, p, o in job.output_rows(spark)}) >= total
 
 
 def writes_by(out: Path, container_id: str) -> list[float]:
@@ -311,8 +336,10 @@ def writes_by(out: Path, container_id: str) -> list[float]:
     return [p.stat().st_mtime for p in files if p.is_file()]
 
 
-def published_batches(out: Path, container_id: str) -> set[str]:
-    return {str(d) for d in committed_batches(out, container_id)}
+def published_batches(
+    out: Path | str, container_id: str, spark: SparkSession | None = None
+) -> set[str]:
+    return set(committed_batches(out, container_id, spark))
 
 
 def counts_in_key_order(
@@ -354,3 +381,51 @@ def key_ordered_counts(
         for user, seq in by_key.items()
         for count, (_, offset, partition) in enumerate(sorted(seq), start=1)
     )
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """Where a story's click-count job keeps its checkpoints and output, and how to reach it.
+
+    ``local``: both under the story's directory (the default). ``hdfs`` or
+    ``s3``: both on that test server (nothing of them on the local disk), the
+    containers reaching it with Spark's own settings (``options``, for ``job run``).
+    """
+
+    where: str
+    options: tuple[str, ...] = ()
+    base: str | None = None
+    spark: SparkSession | None = None
+    """Reads the output off the local disk (None on it)."""
+
+    def delete(self) -> None:
+        if self.base is not None:
+            from spark_elastic.storage import open_storage
+
+            open_storage(self.base, self.spark).delete(self.base)
+
+
+def job_files(
+    request: Any, spark: SparkSession, monkeypatch: Any, where: str, checkpoints: bool = True
+) -> JobFiles:
+    """Put the job's checkpoints and output ``where``: ``local``, ``hdfs``, ``s3`` (test
+    servers) or ``cloud`` (a real object store, opt-in: the ``cloud`` fixture); the
+    checkpoints stay on the local disk unless ``checkpoints``."""
+    if where == "local":
+        return JobFiles(where)
+    import uuid
+
+    import storage_jvm
+
+    server: storage_jvm.StorageServer = request.getfixturevalue(where)
+    server.reach_from(spark)
+    base = f"{server.uri}/jobs-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("CLICKS_OUT", f"{base}/out")
+    if checkpoints:
+        monkeypatch.setenv("CLICKS_CHECKPOINTS", f"{base}/checkpoints")
+    options = [item for k, v in server.spark_conf().items() for item in ("--conf", f"{k}={v}")]
+    jars = storage_jvm.s3a_jars() if server.uri.startswith("s3a://") else []
+    jars += storage_jvm.cloud_jars(dict(os.environ)) if where == "cloud" else []
+    if jars:
+        options += ["--conf", f"spark.jars={','.join(jars)}"]
+    return JobFiles(where, tuple(options), base, spark)

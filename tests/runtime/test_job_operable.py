@@ -6,6 +6,8 @@ coordinator whose loop fails (its store claimed behind its back) exits 1 and
 a restarted one resumes; stop and resume; a move whose warm-up is not ready
 by its deadline rolled back; a stop in the middle of a move and a resume that
 finishes it. It ends compared with a single key-ordered pass over the log.
+``make test-all`` runs it again with the job's checkpoints and output on a
+real HDFS and on a real S3 server.
 A job Spark refuses at start ends as failed, its cause where the operator
 looks. The logic of each is specified in-process in ``test_changes.py`` and
 ``test_operable.py``; here it is the real thing, once.
@@ -27,6 +29,7 @@ from jobs import (
     RunningJob,
     all_applied,
     counts_in_key_order,
+    job_files,
     produce,
     published_batches,
     wait_until,
@@ -55,22 +58,37 @@ def live_ids(job: RunningJob) -> set[str]:
     return {c["containerId"] for c in job.job_model()["containers"]}
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        "local",
+        # Checkpoints and output on HDFS, on S3: `make test-all`.
+        pytest.param("hdfs", marks=pytest.mark.long),
+        pytest.param("s3", marks=pytest.mark.long),
+        # A real object store, opt-in (SPARK_ELASTIC_CLOUD; skipped without it).
+        pytest.param("cloud", marks=pytest.mark.long),
+    ],
+)
 def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
+    request: pytest.FixtureRequest,
     spark: SparkSession,
     start_job: Callable[..., RunningJob],
     clicks: Path,
     monkeypatch: pytest.MonkeyPatch,
+    where: str,
 ) -> None:
     monkeypatch.setenv("CLICKS_FACTOR", "2")  # 4 partitions x 2: 8 tasks
     monkeypatch.setenv("CLICKS_ROOT", str(clicks))  # for the CLI's own `job run`
+    files = job_files(request, spark, monkeypatch, where)
+    reader, options = files.spark, files.options
     log = EmbeddedLog(clicks / "log")
     total = RECORDS
-    job = start_job(2)
+    job = start_job(2, None, 0, *options)
     first = wait_until(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
-    wait_until("a first batch", lambda: any(published_batches(clicks / "out", c) for c in first))
+    wait_until("a first batch", lambda: any(published_batches(job.out, c, reader) for c in first))
     # A coordinator on loopback keeps its containers' Spark drivers there too.
     for pid in first.values():
         assert b"SPARK_LOCAL_IP=127.0.0.1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -124,8 +142,8 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     assert "StoreFencedError: the store" in coordinator_log
     assert "Traceback" in coordinator_log
     port = int(job.url.rsplit(":", 1)[1])
-    job = start_job(2, clicks / "coordinator.db", port)
-    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
+    job = start_job(2, clicks / "coordinator.db", port, *options)
+    wait_until("every record applied", all_applied(job, total, reader), APPLY_DEADLINE_S)
     assert job.running_containers() == first
 
     # Stopped (Ctrl-C) and resumed: the same tasks, from their last commits.
@@ -137,14 +155,14 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     assert "running" not in states
     produce(log, total, 1000)
     total += 1000
-    job = start_job(2, clicks / "coordinator.db", 0)
+    job = start_job(2, clicks / "coordinator.db", 0, *options)
     resumed = wait_until(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
     assert not set(resumed) & set(first)
     assert [e for e in events(job, "resume") if "2 containers' tasks go to successors" in e]
-    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
+    wait_until("every record applied", all_applied(job, total, reader), APPLY_DEADLINE_S)
 
     # Stopped in the middle of a move and resumed: the move goes on, with fresh warm-ups,
     # here under a deadline no warm-up meets, so it is rolled back there.
@@ -153,7 +171,7 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     stop(job)
     produce(log, total, 1000)
     total += 1000
-    job = start_job(2, clicks / "coordinator.db", 0, "--warm-up-deadline-ms", "2000")
+    job = start_job(2, clicks / "coordinator.db", 0, "--warm-up-deadline-ms", "2000", *options)
     fresh = {w["containerId"] for w in job.job_model()["warmups"]}
     assert len(fresh) == len(warm)
     assert not fresh & warm
@@ -165,8 +183,9 @@ def test_an_operator_stops_resumes_cancels_and_a_second_coordinator_is_refused(
     wait_until("the old owners running", lambda: set(job.running_containers()) == owners)
     produce(log, total, 1000)
     total += 1000
-    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
-    assert job.output_rows() == counts_in_key_order(spark, clicks, planned=4)
+    wait_until("every record applied", all_applied(job, total, reader), APPLY_DEADLINE_S)
+    assert job.output_rows(reader) == counts_in_key_order(spark, clicks, planned=4)
+    files.delete()
 
 
 def test_a_job_spark_refuses_at_start_fails_saying_why(

@@ -8,7 +8,9 @@ offset)`` for every record it applies, so equal row *sets* mean nothing was
 lost, no record was applied to the keyed state twice (it would show under
 another count) and each user's records were applied in offset order.
 Output is at-least-once, so rows may repeat across generations; sets ignore
-that.
+that. The stateful story runs three times: with its checkpoints and output on
+the local disk, on a real HDFS and on a real S3 server (every fork, snapshot
+and publish a copy or a commit there).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from jobs import (
     RunningJob,
     all_applied,
     counts_in_key_order,
+    job_files,
     produce,
     published_batches,
     wait_until,
@@ -44,19 +47,27 @@ from spark_elastic import EmbeddedLog
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
+# `cloud`: a real object store, opt-in (SPARK_ELASTIC_CLOUD; skipped without it).
+@pytest.mark.parametrize("where", ["local", "hdfs", "s3", "cloud"])
 def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_live(
+    request: pytest.FixtureRequest,
     spark: SparkSession,
     start_job: Callable[..., RunningJob],
     clicks: Path,
     monkeypatch: pytest.MonkeyPatch,
+    where: str,
 ) -> None:
     # One start-up for every story of a running stateful job (the suite's budget): the
     # initial assignment, a paused container fenced (SIGSTOP: a zombie), a killed one
     # (SIGKILL), a coordinator restart, growth, then live changes. Every running count is
     # checked at the end against a single key-ordered pass over the log: nothing lost,
     # nothing applied twice, each key's records in order.
+    # With its checkpoints and output on HDFS or S3 (`where`), nothing of them on the local
+    # disk, each of those steps copies there what the local disk links or renames.
     monkeypatch.setenv("CLICKS_FACTOR", "2")  # 4 partitions x 2: 8 tasks
-    options = ("--partition-check-ms", "500")
+    files = job_files(request, spark, monkeypatch, where)
+    reader = files.spark  # reads output off the local disk
+    options = ("--partition-check-ms", "500", *files.options)
     job = start_job(3, None, 0, *options)
     running = wait_until(
         "three running containers",
@@ -70,7 +81,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     log = EmbeddedLog(clicks / "log")
     total = RECORDS
 
-    wait_until("a first batch published", lambda: published_batches(clicks / "out", zombie))
+    wait_until("a first batch published", lambda: published_batches(job.out, zombie, reader))
     os.kill(zombie_pid, signal.SIGSTOP)
     try:
         # New records for every task: the zombie would have work the moment it wakes up.
@@ -80,14 +91,14 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
             "the paused container's tasks handed to a new generation",
             lambda: zombie not in {c["containerId"] for c in job.job_model()["containers"]},
         )
-        before = published_batches(clicks / "out", zombie)
+        before = published_batches(job.out, zombie, reader)
     finally:
         # The coordinator SIGKILLs a container it failed over, and reaps it: by now the
         # paused one may be gone altogether.
         with contextlib.suppress(ProcessLookupError):
             os.kill(zombie_pid, signal.SIGCONT)
     wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
-    assert published_batches(clicks / "out", zombie) == before
+    assert published_batches(job.out, zombie, reader) == before
     assert zombie in json.dumps(job.status().get("events", []))
 
     # The victim is chosen now, among the containers running and writing: on a loaded host
@@ -99,7 +110,11 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
             (
                 (c, pid)
                 for c, pid in sorted(job.running_containers().items())
-                if writes_by(clicks / "out", c)
+                if (
+                    writes_by(clicks / "out", c)
+                    if reader is None
+                    else published_batches(job.out, c, reader)
+                )
             ),
             None,
         ),
@@ -120,7 +135,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     )
     assert victim not in {c["containerId"] for c in job.job_model()["containers"]}
     assert set(replacement["tasks"]) == set(victim_tasks)
-    wait_until("every record applied", all_applied(job, total), APPLY_DEADLINE_S)
+    wait_until("every record applied", all_applied(job, total, reader), APPLY_DEADLINE_S)
 
     # The coordinator dies and comes back while records keep arriving.
     running = wait_until(
@@ -137,7 +152,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
     again = start_job(3, clicks / "coordinator.db", port, *options)
     again.pids.update(job.pids)
     assert again.job_model()["containers"] == model["containers"]
-    wait_until("every record applied", all_applied(again, total), APPLY_DEADLINE_S)
+    wait_until("every record applied", all_applied(again, total, reader), APPLY_DEADLINE_S)
     # The same processes did the work: nothing was relaunched or failed over.
     assert again.running_containers() == running
     assert all(alive(pid) for pid in running.values())
@@ -152,7 +167,7 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         lambda: again.job_model()["partitions"] == {"clicks": 8},
         timeout=240,
     )
-    wait_until("every record applied", all_applied(again, total), APPLY_DEADLINE_S)
+    wait_until("every record applied", all_applied(again, total, reader), APPLY_DEADLINE_S)
 
     # Then, while records arrive: 3 -> 2 containers, a split to factor 4 (one container at
     # a time), a merge back to 2, 2 -> 3 containers, each asked for as soon as the last one
@@ -189,10 +204,11 @@ def test_a_stateful_job_fences_fails_over_survives_a_restart_grows_and_changes_l
         again.status()  # records the new containers' pids for cleanup
     produce(log, total, 1000)  # for the last owners, with the state they took over
     total += 1000
-    wait_until("every record applied", all_applied(again, total), APPLY_DEADLINE_S)
+    wait_until("every record applied", all_applied(again, total, reader), APPLY_DEADLINE_S)
     # Nothing lost, nothing applied twice, each key's records in order: its old partition's
     # records before its new partition's, each in offset order.
-    assert again.output_rows() == counts_in_key_order(spark, clicks, planned=4)
+    assert again.output_rows(reader) == counts_in_key_order(spark, clicks, planned=4)
     # Each live change's new owners took their tasks in the query that replayed them.
     ways = again.takeovers()
     assert {ways.get(c) for c in warmed} == {"replay"}, ways
+    files.delete()

@@ -139,7 +139,7 @@ def test_containers_run_on_a_spark_standalone_cluster(
 def published_rows(out: Path) -> list[tuple[str, int, int, int, int]]:
     """``(user, partition, offset, generation, batch)`` of every published row."""
     rows = []
-    for directory in committed_batches(out):
+    for directory in map(Path, committed_batches(out)):
         generation = int(directory.parent.parent.name.split("=")[1])
         batch = int(directory.parent.name.split("=")[1])
         t = pq.read_table(directory).to_pydict()

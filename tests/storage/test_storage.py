@@ -35,7 +35,8 @@ from spark_elastic.storage.hadoop import HadoopStorage
 
 pytestmark = pytest.mark.slow
 
-FILE_SYSTEMS = ("local", "hdfs", "s3")
+# A real object store too, opt-in (SPARK_ELASTIC_CLOUD; skipped without it), in `make test-all`.
+FILE_SYSTEMS = ("local", "hdfs", "s3", pytest.param("cloud", marks=pytest.mark.long))
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ class Remote:
     file_system: str
 
 
-@pytest.fixture(params=["hdfs", "s3"])
+# A real object store too, opt-in (SPARK_ELASTIC_CLOUD; skipped without it), in `make test-all`.
+@pytest.fixture(params=["hdfs", "s3", pytest.param("cloud", marks=pytest.mark.long)])
 def remote(request: pytest.FixtureRequest, spark: SparkSession, tmp_path: Path) -> Remote:
     seed = random.randrange(2**32)
     print(f"seed={seed}")

@@ -20,12 +20,10 @@ import contextlib
 import os
 import signal
 import socket
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import storage_jvm
 from cli_runner import run_cli
 from jobs import (
     APPLY_DEADLINE_S,
@@ -33,6 +31,7 @@ from jobs import (
     RECORDS,
     RunningJob,
     counts_in_key_order,
+    job_files,
     produce,
     wait_until,
 )
@@ -104,6 +103,8 @@ def test_a_job_whose_sink_cannot_be_reached_fails_saying_why_where_the_operator_
         # Output alone there, checkpoints on the local disk: `make test-all`.
         pytest.param("hdfs", False, marks=pytest.mark.long),
         pytest.param("s3", False, marks=pytest.mark.long),
+        # A real object store, opt-in (SPARK_ELASTIC_CLOUD; skipped without it).
+        pytest.param("cloud", True, marks=pytest.mark.long),
     ],
 )
 def test_a_job_on_a_remote_file_system_publishes_once_through_a_zombie_and_a_scale(
@@ -117,18 +118,12 @@ def test_a_job_on_a_remote_file_system_publishes_once_through_a_zombie_and_a_sca
 ) -> None:
     # With its checkpoints there too, a paused container's successor forks its checkpoint
     # there, and (on S3) a scale's new owners warm up from snapshots they copy there.
-    server: storage_jvm.StorageServer = request.getfixturevalue(file_system)
-    server.reach_from(spark)
-    base = f"{server.uri}/jobs-{uuid.uuid4().hex[:8]}"
-    sink = ParquetSink(f"{base}/out")
-    monkeypatch.setenv("CLICKS_OUT", sink.path)
-    if checkpoints_there:
-        monkeypatch.setenv("CLICKS_CHECKPOINTS", f"{base}/checkpoints")
     # The containers reach the server as the test session does: Spark's own settings.
-    options = [item for k, v in server.spark_conf().items() for item in ("--conf", f"{k}={v}")]
-    if file_system == "s3":
-        options += ["--conf", f"spark.jars={','.join(storage_jvm.s3a_jars())}"]
-    job = start_job(2, None, 0, *options)
+    files = job_files(request, spark, monkeypatch, file_system, checkpoints_there)
+    assert files.base is not None
+    base = files.base
+    sink = ParquetSink(f"{base}/out")
+    job = start_job(2, None, 0, *files.options)
     running = wait_until(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
@@ -165,7 +160,7 @@ def test_a_job_on_a_remote_file_system_publishes_once_through_a_zombie_and_a_sca
     sealed_by = wait_until("the zombie's commits sealed", sealer(spark, sink, generation))
     assert "generation" in sealed_by
 
-    if checkpoints_there and file_system == "s3":
+    if checkpoints_there and file_system != "hdfs":
         # A scale's warm-ups on S3, the file system without renames; HDFS forks above, and
         # `make test` keeps within its 15 minutes.
         wait_until("the job settled", job.settled_model, CHANGE_DEADLINE_S)
