@@ -267,6 +267,28 @@ def test_s3_without_conditional_writes_is_refused_in_one_line(
     )
 
 
+@pytest.mark.parametrize(
+    ("bucket", "secret", "said"),
+    [
+        ("missing", storage_jvm.S3_SECRET_KEY, "does not exist"),
+        ("wrongkey", "not-the-secret", "403"),
+    ],
+)
+def test_a_missing_bucket_or_wrong_credentials_is_one_line_naming_the_uri(
+    spark: SparkSession, s3: storage_jvm.StorageServer, bucket: str, secret: str, said: str
+) -> None:
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    for key, value in s3.hadoop.items():
+        conf.set(key.replace(f".bucket.{storage_jvm.S3_BUCKET}.", f".bucket.{bucket}."), value)
+    conf.set(f"fs.s3a.bucket.{bucket}.secret.key", secret)
+    with pytest.raises(StorageError) as refused:
+        open_storage(f"s3a://{bucket}/jobs", spark)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"s3a://{bucket}/jobs: cannot ")
+    assert said in message
+
+
 def test_an_unreachable_namenode_is_one_line_naming_it(spark: SparkSession) -> None:
     conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     conf.set("ipc.client.connect.max.retries", "0")  # the default retries for 10 s
