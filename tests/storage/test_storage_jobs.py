@@ -39,6 +39,7 @@ from pyspark.sql import SparkSession
 from standins import alive
 
 from spark_elastic import EmbeddedLog, ParquetSink
+from spark_elastic.runtime.container.follow import scratch_for
 from spark_elastic.runtime.sinks import COMMITS_DIR
 from spark_elastic.storage import CommitLog, open_storage
 
@@ -187,5 +188,11 @@ def test_a_job_on_a_remote_file_system_publishes_once_through_a_zombie_and_a_sca
     )
     # Exactly once: row for row, repeats included, what a single key-ordered pass gives.
     assert rows(spark, sink) == expected
+    owners = [c["checkpoint"] for c in job.job_model()["containers"]]
+    warmed = [c for c in owners if scratch_for(c).exists()]
     job.cleanup()
+    if checkpoints_there and file_system != "hdfs":
+        # The scale's new owners read their gates on their host; stopped, they leave nothing.
+        assert warmed, "the replaying warm-ups' gates were on this host"
+        assert [c for c in owners if scratch_for(c).exists()] == []
     storage.delete(base)

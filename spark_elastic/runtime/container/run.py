@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from spark_elastic.errors import ProtocolError
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
+from spark_elastic.runtime.container.follow import scratch_for
 from spark_elastic.runtime.container.query import (
     _factor_of,
     _progress_json,
@@ -43,6 +44,7 @@ from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.job import Job, load_job_and_module
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
 from spark_elastic.runtime.protocol import ContainerModel, Registration
+from spark_elastic.storage import LocalStorage, is_local
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
     from spark_elastic.model.plan import JobPlan
 
 __all__ = ["run_container"]
+
+_LOCAL = LocalStorage()
 
 
 def run_container(settings: ContainerSettings) -> int:
@@ -155,6 +159,10 @@ def _run_container(
         _finish_batch(query, settings.shutdown_s, dead)
     beats.stop()
     _stop_within(query, settings.shutdown_s)
+    if not is_local(mine.checkpoint):
+        # This host's files of a checkpoint on HDFS or S3 (a replaying warm-up's gate): only
+        # its stopped query read them. A killed container leaves them in the temp dir.
+        _LOCAL.discard(str(scratch_for(mine.checkpoint)))
     if stop.is_set() and not dead.is_set():
         # Its successor may start now rather than once this process (a JVM on its way
         # out) has exited: the query has stopped, so nothing more is written.
