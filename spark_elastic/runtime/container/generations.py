@@ -63,8 +63,8 @@ COPY_THREADS = 8
 FORKED_FILE = "forked.json"
 """Written last into a fork off the local disk: the fork is whole."""
 
-# A checkpoint file name's leading number: "12", ".12.crc", "3.zip", "3_<uuid>.zip", "7.changelog".
 _LOCAL = LocalStorage()
+# A checkpoint file name's leading number: "12", ".12.crc", "3.zip", "3_<uuid>.zip", "7.changelog".
 _NUMBERED = re.compile(r"^\.?(\d+)(?:[._]|$)")
 
 
