@@ -23,9 +23,12 @@ from spark_elastic.runtime.container.follow import (
     follow,
     holder_batches,
     holders_idle,
+    own_scratch,
     read_all_it_could,
+    scratch_for,
     snapshot_dir,
     source_fences,
+    sweep_scratch,
     take_snapshot,
 )
 from spark_elastic.runtime.container.generations import last_committed_batch
@@ -417,3 +420,39 @@ def test_an_owner_s_own_fences_count_only_until_it_has_read_past_them(tmp_path: 
         ("clicks", p, b, 4) for p in (0, 1) for b in range(4)
     }
     assert all(offset == (50 if key[1] == 0 else 20) for key, offset in fences if key[3] == 4)
+
+
+def test_a_container_starting_deletes_the_host_scratch_of_containers_gone_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm-up of a checkpoint on HDFS or S3 keeps its gate and snapshots on its host.
+
+    A container killed there cannot delete them; the next one to start on the
+    host does, once their process is gone, and leaves those of live ones.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = own_scratch("s3a://jobs/clicks/generations/000003-clicks-c3")
+    (dead / "000003-clicks-c3.gate.json").write_text("null")
+    (dead / "owner.pid").write_text(gone.stdout.strip())  # as if that process had made it
+    live = own_scratch("hdfs://nn:8020/clicks/generations/000004-clicks-c4")
+    unmarked = scratch_for("s3a://jobs/clicks/generations/000005-clicks-c5")
+    unmarked.mkdir(parents=True)
+
+    assert sweep_scratch() == [dead]
+    assert not dead.exists()
+    assert live.exists(), "this process is alive"
+    assert unmarked.exists(), "no mark: not known to be anyone's"
+    assert sweep_scratch() == []
+    assert scratch_for(tmp_path / "generations" / "000006-c6") == tmp_path / "generations", (
+        "a local checkpoint's scratch is its parent, never swept"
+    )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from spark_elastic.errors import ProtocolError
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
-from spark_elastic.runtime.container.follow import scratch_for
+from spark_elastic.runtime.container.follow import scratch_for, sweep_scratch
 from spark_elastic.runtime.container.query import (
     _factor_of,
     _progress_json,
@@ -92,6 +92,8 @@ def _run_container(
     settings: ContainerSettings, client: CoordinatorClient, started: list[StreamingQuery]
 ) -> int:
     """:func:`run_container`'s life; every query it starts is put in ``started`` at once."""
+    for swept in sweep_scratch():
+        _log(f"deleted {swept}: the scratch of a container gone from this host")
     job, module = load_job_and_module(settings.job)
     # On this side only the write budget and the drift allowance matter; the lease's length
     # comes with every reply, and the margin is the coordinator's.

@@ -59,8 +59,8 @@ from spark_elastic.runtime.container.follow import (
     holder_checkpoints,
     holders_idle,
     holders_stopping,
+    own_scratch,
     read_all_it_could,
-    scratch_for,
     source_fences,
 )
 from spark_elastic.runtime.container.query import (
@@ -341,7 +341,7 @@ class _Replayer:
         self.gate = str(
             elastic_dir(warm.checkpoint) / self.GATE_FILE
             if is_local(warm.checkpoint)
-            else scratch_for(warm.checkpoint) / f"{Path(warm.checkpoint).name}.{self.GATE_FILE}"
+            else own_scratch(warm.checkpoint) / f"{Path(warm.checkpoint).name}.{self.GATE_FILE}"
         )
         self.live = threading.Event()
         self.fences: list[Fence] = []
