@@ -207,7 +207,7 @@ def output_rows(
     """``(user, clicks, partition, offset)`` of every row :data:`JOB` published, sorted
     (see :func:`published_rows`); compared with :func:`key_ordered_counts`."""
     columns = ("user", "clicks", "partition", "offset")
-    return sorted(published_rows(out, columns, spark=spark))  # type: ignore[arg-type]
+    return sorted(published_rows(out, columns, spark=spark))
 
 
 def tagged_rows(out: Path) -> list[tuple[str, int, int, str]]:
@@ -387,9 +387,10 @@ def key_ordered_counts(
 class JobFiles:
     """Where a story's click-count job keeps its checkpoints and output, and how to reach it.
 
-    ``local``: both under the story's directory (the default). ``hdfs`` or
-    ``s3``: both on that test server (nothing of them on the local disk), the
-    containers reaching it with Spark's own settings (``options``, for ``job run``).
+    ``local``: both under the story's directory (the default). ``hdfs``, ``s3``
+    or ``cloud``: both on that test server or real object store (nothing of them
+    on the local disk), the containers reaching it with Spark's own settings
+    (``options``, for ``job run``).
     """
 
     where: str
