@@ -260,9 +260,10 @@ class LocalStorage(Storage):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             try:
                 os.link(src, dst)
-            except FileNotFoundError:
-                raise
-            except OSError:
+            except OSError as exc:
+                # Another device, or a file system without hard links: a copy does.
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                    raise
                 shutil.copy2(src, dst)
         except FileNotFoundError:
             if os.path.exists(src):

@@ -142,6 +142,9 @@ def test_the_local_disk_links_moves_and_discards_whole_directories(tmp_path: Pat
         == os.stat(tmp_path / "fork" / "state" / "1.zip").st_ino
     ), "a hard link, not a copy"
     assert not local.link(str(source / "gone"), str(tmp_path / "fork" / "gone")), "vanished"
+    with pytest.raises(StorageError, match="File exists"):  # never over another file
+        local.link(str(source / "offsets" / "0"), str(tmp_path / "fork" / "state" / "1.zip"))
+    assert local.read(str(tmp_path / "fork" / "state" / "1.zip")) == b"state"
 
     local.link_tree(str(source), str(tmp_path / "rehearsal"))
     assert local.files(str(tmp_path / "rehearsal")) == [("offsets/0", 7), ("state/1.zip", 5)]
