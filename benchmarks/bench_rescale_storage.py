@@ -36,8 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import shlex
 import signal
 import statistics
 import subprocess
@@ -48,6 +46,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench_live import command_line
 from bench_stateful import BATCH, PARTITIONS, TOPIC, counter_processor, peak_memory_mb, produce
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,14 +262,6 @@ def table(
                 f"| {med['io_read'] / 1e6:.1f}, {med['io_written'] / 1e6:.1f}{calls} "
                 f"| {med['peak_mb']:,.0f} |"
             )
-
-
-def command_line() -> str:
-    python = os.path.relpath(sys.executable)
-    script = os.path.relpath(sys.argv[0])
-    return shlex.join(
-        [sys.executable if python.startswith("..") else python, script, *sys.argv[1:]]
-    )
 
 
 def main() -> None:

@@ -26,10 +26,10 @@ is the NameNode's own atomic step. One on S3 gets the project's
 a separate existence check, so two drivers could both publish one batch's
 offsets; it writes each file in place, and a create that must not overwrite
 is a conditional put (``If-None-Match: *``) that only one writer wins. Both
-get RocksDB's
-changelog checkpointing (unless the session says otherwise): each batch
-uploads the changes it made, not a new snapshot, so batches there ran at
-0.92-0.96x the local disk's time and a fork copied a third of the bytes
+get RocksDB's changelog checkpointing (unless the session says otherwise):
+each batch uploads the changes it made, not a new snapshot, so batches
+there ran at 0.75-0.78x the local disk's time (0.92-0.96x before S3 had its
+manager) and a fork copied a third of the bytes
 (``benchmarks/bench_checkpoint_storage.py``).
 
 So the settings travel with the query's plan: ``with_task_state`` records its
