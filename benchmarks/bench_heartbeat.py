@@ -28,8 +28,8 @@ from pathlib import Path
 
 import aiohttp
 
-from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
+from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
 
@@ -56,7 +56,7 @@ class NoProcesses:
 def serve(containers: int, root: str, port_out: multiprocessing.SimpleQueue) -> None:  # type: ignore[type-arg]
     tasks = tuple(f"Partition {p}" for p in range(containers))
     shape = JobShape("bench", "bench:job", 1, {"load": containers}, tasks, f"{root}/cp")
-    store = Store(Path(root) / "coordinator.db")
+    store = SQLiteStore(Path(root) / "coordinator.db")
     terms = LeaseTerms(lease_s=10.0, margin_s=5.0, write_budget_s=3.0)
     server = CoordinatorServer(
         lambda url: Supervisor(shape, store, NoProcesses(), url, containers, terms, startup_s=3600),

@@ -31,6 +31,7 @@ __all__ = [
     "SinkError",
     "SparkElasticError",
     "StorageError",
+    "StoreError",
     "StoreFencedError",
     "StoreOwnedError",
     "TaskNameError",
@@ -143,9 +144,14 @@ class ChangeRefusedError(SparkElasticError):
     """A running job cannot take a change now: another is under way, or it is not built yet."""
 
 
-class StoreOwnedError(SparkElasticError):
+class StoreError(SparkElasticError):
+    """The coordinator's store cannot be used: unreachable, refused, or lost to another
+    coordinator. A coordinator that meets one while running stops writing."""
+
+
+class StoreOwnedError(StoreError):
     """A coordinator store is owned by another running coordinator: one coordinator per job."""
 
 
-class StoreFencedError(SparkElasticError):
+class StoreFencedError(StoreError):
     """Another coordinator claimed this coordinator's store: it must write nothing more."""

@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import kafka_jvm
+import postgresql_server
 import pytest
 import storage_jvm
 from jobs import RECORDS, JobStarter, RunningJob, produce
 from standins import Clock, Coordinator
 
 from spark_elastic import EmbeddedLog
-from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import ProgressReport, Registration, TaskProgress
@@ -192,7 +193,7 @@ def in_process(tmp_path: Path) -> Iterator[InProcess]:
         )
         return Supervisor(
             job,
-            Store(store_path),
+            SQLiteStore(store_path),
             launcher,
             url,
             containers,
@@ -319,6 +320,34 @@ def _servers_or_skip() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"{why}: CI runs the storage specs")
         pytest.skip(str(why))
+
+
+@pytest.fixture(scope="session")
+def postgresql() -> Iterator[postgresql_server.PostgreSQLServer]:
+    """One real PostgreSQL server (Debian's package) for the worker's session.
+
+    Skipped without it or psycopg, except under CI (which installs both); stopped
+    by PID at the end. Each spec makes a database of its own on it.
+    """
+    try:
+        import psycopg  # noqa: F401
+
+        postgresql_server.binaries()
+    except (ImportError, postgresql_server.PostgreSQLServerError) as why:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI runs the PostgreSQL specs")
+        pytest.skip(str(why))
+    with postgresql_server.running_postgresql() as server:
+        yield server
+
+
+_databases = itertools.count(1)
+
+
+@pytest.fixture
+def pg_url(postgresql: postgresql_server.PostgreSQLServer) -> str:
+    """The URL of a new, empty database on the session's PostgreSQL server."""
+    return postgresql.create_database(f"job_{os.getpid()}_{next(_databases)}")
 
 
 @pytest.fixture(scope="session")

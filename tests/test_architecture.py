@@ -227,12 +227,12 @@ def test_the_runtime_rule_refuses_an_import_across_the_sides() -> None:
             "spark_elastic.runtime.protocol",
             "spark_elastic.runtime.container.run",
         },
-        "spark_elastic.runtime.container.run": {"spark_elastic.runtime.coordinator.registry"},
+        "spark_elastic.runtime.container.run": {"spark_elastic.runtime.coordinator.stores"},
         "spark_elastic.runtime.protocol": {"spark_elastic.runtime.container"},
         "spark_elastic.runtime.container.query": {"spark_elastic.runtime.lease"},
     }
     assert runtime_violations(graph) == [
-        "spark_elastic.runtime.container.run imports spark_elastic.runtime.coordinator.registry",
+        "spark_elastic.runtime.container.run imports spark_elastic.runtime.coordinator.stores",
         "spark_elastic.runtime.coordinator.supervisor imports spark_elastic.runtime.container.run",
         "spark_elastic.runtime.protocol imports spark_elastic.runtime.container",
     ]

@@ -110,9 +110,23 @@ def register(subparsers: Any) -> None:
     run.add_argument("--token", help="shared bearer token (required off loopback)")
     run.add_argument(
         "--store",
-        metavar="PATH",
-        help="the coordinator's SQLite store (default: <checkpoint root>/coordinator.db; "
-        "required for a root on HDFS or S3)",
+        metavar="PATH|URL",
+        help="the coordinator's store: a SQLite file (default: <checkpoint root>/coordinator.db; "
+        "required for a root on HDFS or S3) or postgresql://user:password@host:port/database, "
+        "which coordinators on other hosts can share",
+    )
+    run.add_argument(
+        "--store-lease-ms",
+        type=_positive_ms,
+        default=20_000,
+        help="how long a PostgreSQL store's leader holds it without renewing (20000); at least "
+        "--lease-ms plus --margin-ms, so the leader can grant whole container leases",
+    )
+    run.add_argument(
+        "--logs",
+        metavar="DIR",
+        help="where the containers' logs go (default: <checkpoint root>/logs, or beside a "
+        "SQLite store; required when neither is on the local disk)",
     )
     run.add_argument("--master", help="Spark master URL for the containers (default: local[2])")
     run.add_argument(
@@ -324,15 +338,23 @@ class _InputWatch:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from spark_elastic.runtime.coordinator.stores import is_networked
     from spark_elastic.runtime.job import load_job
 
     job = load_job(args.job)
     if "://" in job.checkpoint_root and not args.store:
         raise ArgumentError.invalid(
             "--store",
-            "a local path for the coordinator's SQLite store when the checkpoint root is not "
-            "on the local disk (container logs go beside it)",
+            "the coordinator's store (a local SQLite path, or a postgresql:// URL) when the "
+            "checkpoint root is not on the local disk",
             f"none, checkpoint root {job.checkpoint_root}",
+        )
+    if "://" in job.checkpoint_root and args.store and is_networked(args.store) and not args.logs:
+        raise ArgumentError.invalid(
+            "--logs",
+            "a local directory for the containers' logs when neither the checkpoint root nor "
+            "the store is on the local disk",
+            None,
         )
     watch = _watch(job.input)
     try:
@@ -353,8 +375,8 @@ def _watch(job_input: JobInput) -> _InputWatch | InputProcess:
 
 def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProcess) -> int:
     from spark_elastic.runtime.coordinator.launcher import LocalLauncher
-    from spark_elastic.runtime.coordinator.registry import Store
     from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind, is_loopback
+    from spark_elastic.runtime.coordinator.stores import open_store, refuse_if_owned
     from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
     from spark_elastic.runtime.lease import LeaseTerms
 
@@ -396,17 +418,28 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         # Spark's drivers bind the machine's external address by default: a job whose
         # coordinator listens on loopback keeps its containers there too.
         container_env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    store_path = Path(args.store or Path(root) / "coordinator.db")
+    location = args.store or str(Path(root) / "coordinator.db")
+    store_lease_s = args.store_lease_ms / 1000
     # One coordinator per job: refused before it binds a port or touches anything.
-    Store.refuse_if_owned(store_path)
+    refuse_if_owned(location, store_lease_s)
+    if args.logs:
+        logs = Path(args.logs)
+    elif "://" not in root:
+        logs = Path(root) / "logs"
+    else:
+        logs = Path(location).parent / "logs"
     sock = bind(args.host, args.port)
-    store = Store(store_path)
+    try:
+        store = open_store(location, store_lease_s)
+    except BaseException:
+        sock.close()
+        raise
 
     def make(url: str) -> Supervisor:
         return Supervisor(
             shape,
             store,
-            LocalLauncher((Path(root) if "://" not in root else store_path.parent) / "logs"),
+            LocalLauncher(logs),
             url,
             args.containers,
             terms,
@@ -480,6 +513,13 @@ def _check_lease_options(args: argparse.Namespace) -> None:
         raise ArgumentError.invalid(
             "--heartbeat-ms", f"at most half the lease ({args.lease_ms // 2} ms)", args.heartbeat_ms
         )
+    if args.store_lease_ms < args.lease_ms + args.margin_ms:
+        raise ArgumentError.invalid(
+            "--store-lease-ms",
+            f"at least --lease-ms plus --margin-ms ({args.lease_ms + args.margin_ms}), so the "
+            "leader can grant whole container leases",
+            args.store_lease_ms,
+        )
 
 
 def _call(url_arg: str, path: str, token: str | None, body: Any = None) -> Any:
@@ -544,6 +584,8 @@ def _autoscale(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from spark_elastic.runtime.coordinator.server import coordinator_line
+
     status = _call(args.url, "/status.json", args.token)
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
@@ -555,6 +597,7 @@ def _status(args: argparse.Namespace) -> int:
     )
     if state["state"] != "running" and state["why"]:
         print(f"  why: {state['why']}")
+    print(f"  {coordinator_line(status['coordinator'])}")
     change = status["change"]
     if change is not None:
         cancel = "; can be cancelled (--cancel)" if change["cancellable"] else ""

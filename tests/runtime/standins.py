@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
-from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
+from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
 
@@ -105,7 +105,7 @@ class Coordinator:
         self.launcher = LocalLauncher(
             root / "logs", command or [sys.executable, str(HERE / "standin_container.py")]
         )
-        store = Store(root / "coordinator.db")
+        store = SQLiteStore(root / "coordinator.db")
         self.server = CoordinatorServer(
             lambda url: Supervisor(
                 job_shape or shape(root),

@@ -33,8 +33,8 @@ from standins import (
 from spark_elastic.errors import ArgumentError
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
 from spark_elastic.runtime.coordinator.placement import initial_assignment
-from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
+from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 
 
@@ -276,7 +276,7 @@ def test_a_restarted_coordinator_slow_to_listen_counts_leases_from_when_it_liste
 
 def test_a_store_of_another_job_shape_is_refused(tmp_path: Path) -> None:
     Supervisor(
-        shape(tmp_path), Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
+        shape(tmp_path), SQLiteStore(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
     ).store.close()
     cp = str(tmp_path / "cp")
     for other in (
@@ -286,11 +286,15 @@ def test_a_store_of_another_job_shape_is_refused(tmp_path: Path) -> None:
         JobShape("views", "jobs.py:job", 4, {"clicks": 3}, TASKS, cp),  # another job
     ):
         with pytest.raises(ArgumentError, match="must not remap keys"):
-            Supervisor(other, Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS)
+            Supervisor(
+                other, SQLiteStore(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
+            )
     # Inputs that grew while the coordinator was down are the same job (SEP-5): its
     # monitor takes the growth up, with the tasks it planned.
     grown = JobShape("clicks", "jobs.py:job", 4, {"clicks": 6}, TASKS, cp)
-    again = Supervisor(grown, Store(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS)
+    again = Supervisor(
+        grown, SQLiteStore(tmp_path / "db"), LocalLauncher(tmp_path), "http://x", 2, TERMS
+    )
     assert again.model.partitions == {"clicks": 3}
     assert again.model.version == 1
     again.store.close()
@@ -316,7 +320,7 @@ def test_binding_off_loopback_needs_a_token(tmp_path: Path) -> None:
 
 
 def test_with_a_token_every_request_needs_it(tmp_path: Path) -> None:
-    store = Store(tmp_path / "db")
+    store = SQLiteStore(tmp_path / "db")
     launcher = LocalLauncher(tmp_path, [sys.executable, "-c", "import time; time.sleep(60)"])
     server = CoordinatorServer(
         lambda url: Supervisor(shape(tmp_path), store, launcher, url, 1, TERMS),

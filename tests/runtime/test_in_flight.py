@@ -19,7 +19,7 @@ import pytest
 from spark_elastic.errors import ChangeRefusedError
 from spark_elastic.runtime.coordinator.changes import CATCHING_UP, HANDING_OVER, WARMING
 from spark_elastic.runtime.coordinator.in_flight import InFlight
-from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
+from spark_elastic.runtime.coordinator.stores import ContainerRecord, SQLiteStore, Store
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 
 
@@ -63,7 +63,7 @@ class Host:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store(tmp_path / "coordinator.db")
+    store = SQLiteStore(tmp_path / "coordinator.db")
     store.claim("http://127.0.0.1:9")
     yield store
     store.close()

@@ -19,8 +19,8 @@ import pytest
 from conftest import FAKE_TERMS, InProcess
 from spark_elastic.errors import StoreFencedError, StoreOwnedError
 from spark_elastic.runtime.coordinator.launcher import LocalLauncher
-from spark_elastic.runtime.coordinator.registry import Store
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
+from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import Supervisor
 from spark_elastic.runtime.protocol import Registration
 
@@ -57,7 +57,7 @@ def test_a_second_coordinator_of_a_job_is_refused_naming_the_first_and_changes_n
     with pytest.raises(StoreOwnedError, match=r"coordinator at http://127.0.0.1:9 \(pid \d+\)"):
         in_process.make(url="http://127.0.0.1:10")
     with pytest.raises(StoreOwnedError, match="one coordinator per job"):
-        Store.refuse_if_owned(first.store.path)
+        SQLiteStore.refuse_if_owned(first.store.path)
     assert (first.store.model_versions(), [e.__dict__ for e in first.store.events()]) == before
     # The first goes on untouched: its containers keep their leases.
     in_process.step(20)
@@ -168,7 +168,7 @@ def test_a_coordinator_whose_loop_raises_exits_1_saying_why_and_stops_its_contai
     assert server.exit_code == 1
     assert "RuntimeError: the state machine broke" in capsys.readouterr().err
     assert in_process.launcher.running() == []
-    stop = next(e for e in Store(supervisor.store.path).events() if e.kind == "stop")
+    stop = next(e for e in SQLiteStore(supervisor.store.path).events() if e.kind == "stop")
     assert "the coordinator failed (RuntimeError: the state machine broke)" in stop.detail
 
 
@@ -213,7 +213,7 @@ def test_stop_runs_on_the_loop_while_progress_reports_arrive(in_process: InProce
     assert writers == {threading.get_ident()}
     assert len(reported) == 10
     assert server.exit_code == 0
-    assert {c.state for c in Store(store.path).containers()} == {"stopped"}
+    assert {c.state for c in SQLiteStore(store.path).containers()} == {"stopped"}
 
 
 def test_a_job_stopped_before_its_warm_ups_launched_resumes_the_move_with_fresh_ones(
@@ -308,7 +308,7 @@ def test_time_the_coordinator_could_not_hear_is_charged_to_no_lease(
     assert leases == [terms.lease_s - 0.5] * 2
     # A container really gone still fails over, after a lease and its margin of listening.
     in_process.step(terms.lease_s + terms.margin_s + 0.1, beat=False)
-    assert "expire" in [e.kind for e in Store(supervisor.store.path).events()]
+    assert "expire" in [e.kind for e in SQLiteStore(supervisor.store.path).events()]
 
 
 def test_a_tick_that_held_the_loop_is_reported_as_time_nobody_was_heard(

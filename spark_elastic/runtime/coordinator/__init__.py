@@ -15,8 +15,9 @@ launched, stopped and killed, through a launcher), :mod:`.retiring`
 :mod:`.input_process` (a Kafka input's calls in a child process it restarts:
 librdkafka's aborts are failed calls), :mod:`.input_health` (what of the
 input fails since when),
-:mod:`.registry` (the SQLite store of job model
-versions, containers, generations and events), :mod:`.server` (the HTTP
+:mod:`.stores` (where job model versions, containers,
+generations and events are kept: SQLite on one host, PostgreSQL shared by
+a leader and its standbys), :mod:`.server` (the HTTP
 API, status page and metrics), :mod:`.changes` (a change's phases and
 deadlines, pure), :mod:`.autoscaler` (the autoscaler's policy, pure) and
 :mod:`.autoscaling` (the autoscaler in a running coordinator: its settings in

@@ -9,7 +9,7 @@ policy's state between ticks, the containers' progress reports as received
 supervisor's own ``scale`` and ``change_factor`` (:class:`Scaler`), a
 refusal turned into a hold that is told once.
 
-May import: :mod:`.autoscaler`, :mod:`.placement`, :mod:`.registry`, the
+May import: :mod:`.autoscaler`, :mod:`.placement`, :mod:`.stores`, the
 shared runtime modules, :mod:`spark_elastic.errors` and the standard library.
 Never :mod:`.supervisor`: it hands itself in as a :class:`Scaler`.
 """
@@ -36,7 +36,7 @@ from spark_elastic.runtime.coordinator.autoscaler import (
     processing_rate,
 )
 from spark_elastic.runtime.coordinator.placement import locality_key, task_share
-from spark_elastic.runtime.coordinator.registry import Store
+from spark_elastic.runtime.coordinator.stores import Store
 from spark_elastic.runtime.protocol import JobModel, ProgressReport
 
 __all__ = ["HOLD_EVENTS_EVERY_S", "RATE_HISTORY_S", "Autoscaling", "Scaler"]

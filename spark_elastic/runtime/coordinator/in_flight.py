@@ -20,7 +20,7 @@ store (``meta.change``) and runs its life around the steps that
 What it needs of the supervisor, which it never imports, is a
 :class:`FlightHost`.
 
-May import: :mod:`.changes`, :mod:`.registry`, the shared runtime modules and
+May import: :mod:`.changes`, :mod:`.stores`, the shared runtime modules and
 the standard library.
 """
 
@@ -40,7 +40,7 @@ from spark_elastic.runtime.coordinator.changes import (
     deadline_outcome,
     refuse_cancel,
 )
-from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
+from spark_elastic.runtime.coordinator.stores import ContainerRecord, Store
 from spark_elastic.runtime.protocol import JobModel
 
 __all__ = ["FlightHost", "InFlight"]

@@ -19,7 +19,7 @@ it hands in as a :class:`ChangeHost`: here are the order of the steps and what
 a move remembers between ticks, not the job model's bookkeeping.
 
 May import: :mod:`.changes`, :mod:`.in_flight`, :mod:`.placement`,
-:mod:`.registry`, the shared runtime modules and the standard library. Never
+:mod:`.stores`, the shared runtime modules and the standard library. Never
 :mod:`.supervisor`: it hands itself in as a :class:`ChangeHost`.
 """
 
@@ -37,7 +37,7 @@ from spark_elastic.runtime.coordinator.changes import (
 )
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.placement import may_shut_down, model_factor, tasks_at_factor
-from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
+from spark_elastic.runtime.coordinator.stores import ContainerRecord, Store
 from spark_elastic.runtime.keys import Holders
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 

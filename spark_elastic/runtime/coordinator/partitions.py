@@ -15,7 +15,7 @@ Kafka consumer group's offsets (:meth:`PartitionMonitor.group_offsets_due`).
 
 May import: :mod:`.changes`, :mod:`.moves` (for :class:`.moves.ChangeHost`),
 :mod:`.status` (for :func:`.status.group_offsets`), :mod:`.input_health`,
-:mod:`.registry`, the shared runtime modules and the standard library. Never
+:mod:`.stores`, the shared runtime modules and the standard library. Never
 :mod:`.supervisor`: it hands itself in as a :class:`.moves.ChangeHost`.
 """
 

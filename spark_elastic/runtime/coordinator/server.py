@@ -35,7 +35,6 @@ import ipaddress
 import json
 import signal
 import socket
-import sqlite3
 import sys
 import threading
 import time
@@ -53,6 +52,7 @@ from spark_elastic.errors import (
     ChangeRefusedError,
     ProtocolError,
     SparkElasticError,
+    StoreError,
     StoreFencedError,
 )
 from spark_elastic.runtime.coordinator.input_health import CHECK, GROUP
@@ -203,6 +203,27 @@ def _input_line(health: dict[str, Any]) -> str:
             f"(last: {e(health['clientLastDeath'])})."
         )
     return line + "</p>"
+
+
+def coordinator_line(coordinator: dict[str, Any]) -> str:
+    """Which coordinator leads, on which store, since when; a store it cannot renew, loudly.
+
+    Plain text (the status page escapes it, ``job status`` prints it)."""
+    since = time.strftime("%H:%M:%S", time.localtime(coordinator["leadsSince"]))
+    line = (
+        f"Coordinator {coordinator['url']} leads since {since} (epoch {coordinator['epoch']}, "
+        f"store {coordinator['store']})"
+    )
+    if coordinator["heldForS"] is not None:
+        line += f", holding the store {coordinator['heldForS']:g} s more"
+    if coordinator["waitsS"]:
+        line += (
+            f"; it took over and waits {coordinator['waitsS']:g} s more before it fails over "
+            "or moves anything"
+        )
+    if coordinator["storeError"]:
+        line += f"; its store fails: {coordinator['storeError']}"
+    return line + "."
 
 
 def _autoscaler_line(autoscaler: dict[str, Any]) -> str:
@@ -430,7 +451,12 @@ class CoordinatorServer:
             return _error(400, str(exc))
         except ChangeRefusedError as exc:
             return _error(409, str(exc))
-        except (StoreFencedError, sqlite3.Error) as exc:
+        except StoreError as exc:
+            if not isinstance(exc, StoreFencedError) and self.supervisor.store.lease_s is not None:
+                # A shared store out of reach: the request is refused, to be sent again,
+                # while the coordinator's hold on the store (and the leases it grants) runs
+                # down; another coordinator taking the store over fences this one.
+                return _error(503, f"the coordinator's store is out of reach; retry: {exc}")
             # The store is lost to this coordinator: it cannot go on answering as if alive.
             self._fail(exc)
             return _error(503, f"the coordinator is stopping: {type(exc).__name__}: {exc}")
@@ -873,13 +899,17 @@ body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }}
 th {{ background: #f0f0f0; }} tr.expired td, tr.retired td {{ color: #999; }}
-p.job.failed, p.input.failing {{ color: #b00; font-weight: bold; }} p.change {{ color: #a60; }}
+p.job.failed, p.input.failing, p.coordinator.failing {{ color: #b00; font-weight: bold; }}
+p.change {{ color: #a60; }}
 tr.running td:nth-child(2) {{ color: #070; }} tr.warm td:nth-child(2) {{ color: #a60; }}
 h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
 </style></head><body>
 <h1>Job {e(status["job"])}: job model {status["jobModelVersion"]},
 elasticity factor {status["elasticityFactor"]}</h1>
 {_job_line(status)}
+<p class="coordinator{" failing" if status["coordinator"]["storeError"] else ""}">{
+        e(coordinator_line(status["coordinator"]))
+    }</p>
 <p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
 margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
 {"" if status["partitionMonitor"]["checkEveryS"] is None else _input_line(status["input"])}

@@ -8,9 +8,9 @@ record once (:func:`input_lag`), and the offsets its consumer group shows
 (:func:`group_offsets`).
 
 May import: the coordinator's pure modules (:mod:`.changes`,
-:mod:`.autoscaler`, :mod:`.placement`), :mod:`.registry`'s records (never its
-store), the shared runtime modules and the standard library. Never
-:mod:`.supervisor`: it calls in here.
+:mod:`.autoscaler`, :mod:`.placement`), :mod:`.stores`' records and
+:mod:`.leadership`'s view (never a store), the shared runtime modules and the
+standard library. Never :mod:`.supervisor`: it calls in here.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from spark_elastic.runtime.coordinator.changes import (
     StartFailures,
     refuse_cancel,
 )
+from spark_elastic.runtime.coordinator.leadership import LeadershipView
 from spark_elastic.runtime.coordinator.placement import locality_key
-from spark_elastic.runtime.coordinator.registry import ContainerRecord
+from spark_elastic.runtime.coordinator.stores import ContainerRecord
 from spark_elastic.runtime.keys import Holders
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import JobModel
@@ -78,6 +79,8 @@ class Facts:
         The job's name.
     job_state
         ``{"state", "at", "why"}`` (:meth:`.Supervisor.job_state`).
+    leadership
+        Which coordinator leads, on which store, since when (:mod:`.leadership`).
     model
         The current job model.
     records
@@ -147,6 +150,7 @@ class Facts:
     now: float
     job: str
     job_state: Mapping[str, Any]
+    leadership: LeadershipView
     model: JobModel
     records: Sequence[ContainerRecord]
     leases: Mapping[str, Lease]
@@ -221,6 +225,7 @@ def job_status(facts: Facts) -> dict[str, Any]:
     return {
         "job": facts.job,
         "jobState": dict(facts.job_state),
+        "coordinator": coordinator_status(facts.leadership),
         "jobModelVersion": model.version,
         "change": change_status(
             facts.change, facts.in_phase_s, facts.warm_up_deadline_s, facts.catch_up_s
@@ -488,6 +493,19 @@ def input_lag(
     return sum(slowest.values()) + sum(
         end for ends in (unread or {}).values() for end in ends.values()
     )
+
+
+def coordinator_status(leadership: LeadershipView) -> dict[str, Any]:
+    """The status's ``coordinator``: which leads, on which store, since when, what fails."""
+    return {
+        "url": leadership.url,
+        "store": leadership.store,
+        "leadsSince": leadership.since,
+        "epoch": leadership.epoch,
+        "heldForS": leadership.held_for_s,
+        "waitsS": leadership.waits_s,
+        "storeError": leadership.store_error,
+    }
 
 
 def status_json(status: Mapping[str, Any]) -> str:

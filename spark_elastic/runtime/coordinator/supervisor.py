@@ -57,7 +57,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spark_elastic.errors import ArgumentError, ChangeRefusedError, ProtocolError
+from spark_elastic.errors import (
+    ArgumentError,
+    ChangeRefusedError,
+    ProtocolError,
+    StoreError,
+    StoreFencedError,
+)
 from spark_elastic.model.names import TaskKind, validate_elasticity_factor
 from spark_elastic.runtime.coordinator.autoscaler import (
     AutoscalerConfig,
@@ -77,6 +83,7 @@ from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.input_health import InputHealth
 from spark_elastic.runtime.coordinator.launcher import Launcher
+from spark_elastic.runtime.coordinator.leadership import Leadership
 from spark_elastic.runtime.coordinator.moves import (
     MovePlan,
     Mover,
@@ -94,15 +101,16 @@ from spark_elastic.runtime.coordinator.placement import (
     scale_assignment,
 )
 from spark_elastic.runtime.coordinator.processes import Processes
-from spark_elastic.runtime.coordinator.registry import ContainerRecord, Store
 from spark_elastic.runtime.coordinator.retiring import Retiring
 from spark_elastic.runtime.coordinator.status import (
     Facts,
+    coordinator_status,
     group_offsets,
     input_lag,
     job_status,
     status_json,
 )
+from spark_elastic.runtime.coordinator.stores import ContainerRecord, Store
 from spark_elastic.runtime.growth import judge_counts
 from spark_elastic.runtime.keys import parsed
 from spark_elastic.runtime.lease import LeaseTerms
@@ -308,6 +316,9 @@ class Supervisor:
         claimed = store.epoch is None
         if claimed:
             store.claim(url)
+        # A coordinator after another (a restart, or a standby taking over) waits before it acts.
+        self.leadership = Leadership(store, url, clock, terms.margin_s, (store.epoch or 1) > 1)
+        self._last_status: dict[str, Any] | None = None
         try:
             text = self.store.meta("jobState")
             if text:
@@ -449,7 +460,7 @@ class Supervisor:
                 f"factor {shape.elasticity_factor} (a restart must not remap keys; use a new "
                 "store or a rescale)",
                 f"job {stored.job!r} with partitions {dict(stored.partitions)} and factor "
-                f"{stored.elasticity_factor} in {self.store.path}",
+                f"{stored.elasticity_factor} in {self.store.location}",
             )
 
     def _plan(self, containers: int) -> JobModel:
@@ -591,14 +602,18 @@ class Supervisor:
             # Retired and finishing its batch in flight: its lease holds until it exits
             # (its successor waits for that) or its time to finish runs out.
             self.count("heartbeats_alive")
-            return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
+            return HeartbeatReply(True, self._granted_ms(), self.model.version)
         if live is None:
             self.count("heartbeats_invalid")
             return HeartbeatReply(False, 0, self.model.version)
         live.renewed_at = now
         live.last_valid_beat = now
         self.count("heartbeats_alive")
-        return HeartbeatReply(True, int(self.terms.lease_s * 1000), self.model.version)
+        return HeartbeatReply(True, self._granted_ms(), self.model.version)
+
+    def _granted_ms(self) -> int:
+        """A container lease, nested in this coordinator's hold on its store."""
+        return int(self.leadership.grant(self.terms.lease_s) * 1000)
 
     def heartbeat(
         self, container_id: str, caught_up: bool = False, stopped: bool = False
@@ -703,11 +718,12 @@ class Supervisor:
             self.crash_loops.commit(report.container_id)
         return reply
 
-    def _task_lags(self) -> dict[str, int]:
+    def _task_lags(self, progress: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, int]:
         """Each task's lag as its current owner reported it; -1 until the owner reports
-        (a previous owner's figure went stale when it stopped)."""
+        (a previous owner's figure went stale when it stopped). From ``progress`` if
+        given (the status's read of it), else from the store."""
         owner = self.model.owner_of()
-        progress = self.store.progress()
+        progress = self.store.progress() if progress is None else progress
         return {
             task: progress[task]["lag"]
             if progress.get(task, {}).get("container") == owner.get(task)
@@ -739,8 +755,13 @@ class Supervisor:
     def tick(self) -> None:
         """Fail over every container whose lease (or start-up time) ran out; launch pending ones."""
         self.processes.reap()
+        self.leadership.renew_if_due()
+        if self.leadership.store_error:
+            return  # the store is out of reach: nothing is decided that could not be written
         if self._job_state["state"] != "running":
             return  # a failed job: nothing is launched or moved until `job run` resumes it
+        if not self.leadership.may_act():
+            return  # not surely leading, or a new leader waiting out its predecessor's leases
         now = self.clock()
         for container_id in sorted(self._live):
             reason = self._expired(container_id, now)
@@ -1345,14 +1366,36 @@ class Supervisor:
         dict
             :func:`.status.job_status` of what the supervisor knows now.
         """
+        try:
+            status = self._status()
+        except StoreFencedError:
+            raise
+        except StoreError as exc:
+            if self.store.lease_s is None:
+                raise
+            # A shared store out of reach: what was read last (nothing before the first
+            # read), with the coordinator's line saying what fails.
+            self.leadership.store_failed(exc)
+            return {
+                **(self._last_status or {}),
+                "coordinator": coordinator_status(self.leadership.view()),
+            }
+        self._last_status = status
+        return status
+
+    def _status(self) -> dict[str, Any]:
         now = self.clock()
-        throughput = self.store.throughput()
-        enforced = self.store.enforced()
+        throughput, enforced, progress = (
+            self.store.throughput(),
+            self.store.enforced(),
+            self.store.progress(),
+        )
         return job_status(
             Facts(
                 now=now,
                 job=self.shape.name,
                 job_state=self.job_state(),
+                leadership=self.leadership.view(),
                 model=self.model,
                 records=tuple(self.records.values()),
                 leases=dict(self._live),
@@ -1365,8 +1408,8 @@ class Supervisor:
                 in_phase_s=self.flight.in_phase_s,
                 warm_up_deadline_s=self.flight.warm_up_deadline_s,
                 catch_up_s=self.moves.catch_up_s,
-                lags=self._task_lags(),
-                progress=self.store.progress(),
+                lags=self._task_lags(progress),
+                progress=progress,
                 task_partitions=task_partitions(self.shape.grouper, self.model),
                 throughput=throughput,
                 enforced=enforced,
