@@ -74,6 +74,12 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or "," in text:
+        raise argparse.ArgumentTypeError(f"expected a coordinator's http:// URL, found {text!r}")
+    return text.rstrip("/")
+
+
 def _conf(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -121,6 +127,15 @@ def register(subparsers: Any) -> None:
         default=20_000,
         help="how long a PostgreSQL store's leader holds it without renewing (20000); at least "
         "--lease-ms plus --margin-ms, so the leader can grant whole container leases",
+    )
+    run.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        type=_http_url,
+        metavar="URL",
+        help="another coordinator of the job (a standby on another host; repeatable): its "
+        "containers turn to it when this one does not answer",
     )
     run.add_argument(
         "--logs",
@@ -375,8 +390,14 @@ def _watch(job_input: JobInput) -> _InputWatch | InputProcess:
 
 def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProcess) -> int:
     from spark_elastic.runtime.coordinator.launcher import LocalLauncher
-    from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind, is_loopback
-    from spark_elastic.runtime.coordinator.stores import open_store, refuse_if_owned
+    from spark_elastic.runtime.coordinator.server import (
+        CoordinatorServer,
+        bind,
+        is_loopback,
+        url_of,
+    )
+    from spark_elastic.runtime.coordinator.standby import lead_or_stand_by
+    from spark_elastic.runtime.coordinator.stores import is_networked, open_store, refuse_if_owned
     from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
     from spark_elastic.runtime.lease import LeaseTerms
 
@@ -414,14 +435,17 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         container_env["SPARK_ELASTIC_MASTER"] = args.master
     if args.token:
         container_env["SPARK_ELASTIC_TOKEN"] = args.token
+    if args.peer:
+        container_env["SPARK_ELASTIC_COORDINATORS"] = ",".join(args.peer)
     if is_loopback(args.host) and "SPARK_LOCAL_IP" not in os.environ:
         # Spark's drivers bind the machine's external address by default: a job whose
         # coordinator listens on loopback keeps its containers there too.
         container_env["SPARK_LOCAL_IP"] = "127.0.0.1"
     location = args.store or str(Path(root) / "coordinator.db")
     store_lease_s = args.store_lease_ms / 1000
-    # One coordinator per job: refused before it binds a port or touches anything.
-    refuse_if_owned(location, store_lease_s)
+    if not is_networked(location):
+        # One coordinator per job: refused before it binds a port or touches anything.
+        refuse_if_owned(location, store_lease_s)
     if args.logs:
         logs = Path(args.logs)
     elif "://" not in root:
@@ -434,6 +458,34 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
     except BaseException:
         sock.close()
         raise
+    stored_job = store.meta("job")
+    if stored_job is not None and stored_job != job.name:
+        # Refused before this coordinator claims (writes) anything in another job's store.
+        sock.close()
+        store.close()
+        raise ArgumentError.invalid(
+            "--store",
+            f"the store of job {job.name!r}, or an empty one",
+            f"the store of job {stored_job!r} at {store.location}",
+        )
+    if is_networked(location):
+        # A shared store another coordinator leads: this one stands by until it may lead.
+        url = url_of(sock)
+
+        def standing_by(leader: str | None) -> None:
+            print(f"standby: {url}/ (the job is led by {leader or 'an unnamed coordinator'})")
+            sys.stdout.flush()
+
+        try:
+            leads = lead_or_stand_by(store, url, sock, standing_by)
+        except BaseException:
+            sock.close()
+            store.close()
+            raise
+        if not leads:
+            sock.close()
+            store.close()
+            return 0
 
     def make(url: str) -> Supervisor:
         return Supervisor(

@@ -37,6 +37,7 @@ from spark_elastic.errors import ProtocolError
 
 __all__ = [
     "CONTAINER_ID_ENV",
+    "COORDINATORS_ENV",
     "COORDINATOR_URL_ENV",
     "JOB_ENV",
     "ContainerModel",
@@ -53,6 +54,9 @@ CONTAINER_ID_ENV: Final = "EXECUTION_ENV_CONTAINER_ID"
 """Samza's variable: the id the coordinator issued to the container it launched."""
 COORDINATOR_URL_ENV: Final = "SPARK_ELASTIC_COORDINATOR_URL"
 """Where a container finds its coordinator (``http://127.0.0.1:PORT``)."""
+COORDINATORS_ENV: Final = "SPARK_ELASTIC_COORDINATORS"
+"""Other coordinators of the job (comma-separated URLs), tried when the one a container talks
+to does not answer; a standby names the leader in its 409."""
 JOB_ENV: Final = "SPARK_ELASTIC_JOB"
 """The job a container runs, as ``module:attribute`` or ``path/to/file.py:attribute``."""
 

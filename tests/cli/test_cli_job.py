@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_runner import JOB, one_line_error, run_cli
@@ -124,3 +125,61 @@ def test_a_container_without_its_environment_is_one_line() -> None:
         check=False,
     )
     one_line_error(result, "EXECUTION_ENV_CONTAINER_ID")
+
+
+def run_job_on_store(root: Path, store: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``job run`` of the click-count job on ``store``, from a fresh log at ``root``."""
+    if not (root / "log" / "clicks").exists():
+        EmbeddedLog(root / "log").create_topic("clicks", 2)
+    command = [sys.executable, "-m", "spark_elastic", "job", "run", JOB, "--port", "0"]
+    return subprocess.run(
+        [*command, "--store", store, *options],
+        env={**os.environ, "CLICKS_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_postgresql_store_that_cannot_be_used_is_one_line_and_nothing_starts(
+    tmp_path: Path, postgresql: Any, pg_url: str
+) -> None:
+    from kafka_jvm import free_port
+
+    wrong = pg_url.replace(":spark-elastic@", ":wrong@")
+    one_line_error(
+        run_job_on_store(tmp_path, wrong), "--store", "password authentication failed", ":***@"
+    )
+    nowhere = f"postgresql://u:p@127.0.0.1:{free_port()}/jobs"
+    one_line_error(run_job_on_store(tmp_path, nowhere), "--store", "refused")
+    one_line_error(
+        run_job_on_store(tmp_path, pg_url, "--store-lease-ms", "12000"),
+        "--store-lease-ms",
+        "--lease-ms plus --margin-ms (15000)",
+    )
+    assert not (tmp_path / "checkpoints").exists()
+    assert not (tmp_path / "logs").exists()
+
+
+def test_another_jobs_store_is_refused_in_one_line_before_anything_is_written(
+    tmp_path: Path, postgresql: Any, pg_url: str
+) -> None:
+    import psycopg
+
+    from spark_elastic.runtime.coordinator.stores import open_store
+
+    other = open_store(pg_url)
+    try:
+        with other.transaction() as db:
+            other.set_meta(db, "job", "invoices")
+    finally:
+        other.close()
+    one_line_error(
+        run_job_on_store(tmp_path, pg_url),
+        "--store: expected the store of job 'clicks', or an empty one",
+        "the store of job 'invoices'",
+    )
+    with psycopg.connect(pg_url) as db:
+        assert db.execute("SELECT count(*) FROM leader").fetchone() == (0,)
+        assert db.execute("SELECT key FROM meta").fetchall() == [("job",)]

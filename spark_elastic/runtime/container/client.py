@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
@@ -35,6 +36,17 @@ __all__ = ["CoordinatorClient", "first_line"]
 
 _RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.+)$")
 """A traceback's line naming what was raised: ``package.module.SinkError: message``."""
+
+
+def _leader_named(error: urllib.error.HTTPError) -> str | None:
+    """The leader a standby coordinator's 409 names, or None for any other refusal."""
+    if error.code != 409:
+        return None
+    try:
+        leader = json.loads(error.read()).get("leader")
+    except (ValueError, AttributeError, OSError):
+        return None
+    return leader.rstrip("/") if isinstance(leader, str) and leader.startswith("http") else None
 
 
 def first_line(error: BaseException | str) -> str:
@@ -82,20 +94,58 @@ class CoordinatorClient:
         Per-request timeout.
     """
 
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout_s: float = 5.0,
+        others: tuple[str, ...] = (),
+    ) -> None:
         self._url = url.rstrip("/")
         self._token = token
         self._timeout = timeout_s
+        self._candidates = tuple(dict.fromkeys([self._url, *(u.rstrip("/") for u in others)]))
+
+    @property
+    def url(self) -> str:
+        """The coordinator this client talks to now (the leader, as far as it knows)."""
+        return self._url
 
     def _call(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        """One call to the leader: a standby's 409 names it, and a coordinator that does not
+        answer gives way to the next candidate (each tried once per call)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self._url + path, data=data)
+        first = self._url
+        order = [first, *(u for u in self._candidates if u != first)]
+        failure: BaseException = ProtocolError("no coordinator URL to call")
+        for url in order:
+            try:
+                return self._call_at(url, path, data)
+            except urllib.error.HTTPError as exc:
+                leader = _leader_named(exc)
+                if leader is None:
+                    raise
+                if leader != url:
+                    return self._call_at(leader, path, data)
+                failure = exc  # a standby that names itself: it is taking over; try on
+            except OSError as exc:  # refused, unreachable, timed out: the next candidate
+                failure = exc
+                if len(order) == 1:
+                    raise
+        raise failure
+
+    def _call_at(self, url: str, path: str, data: bytes | None) -> Any:
+        request = urllib.request.Request(url + path, data=data)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if self._token:
             request.add_header("Authorization", f"Bearer {self._token}")
         with urllib.request.urlopen(request, timeout=self._timeout) as response:
-            return json.loads(response.read())
+            answer = json.loads(response.read())
+        if url != self._url:
+            _log(f"the job's coordinator is now {url} (was {self._url})")
+            self._url = url
+        return answer
 
     def heartbeat(
         self, container_id: str, caught_up: bool = False, stopped: bool = False

@@ -74,7 +74,9 @@ def run_container(settings: ContainerSettings) -> int:
         The process exit code.
     """
     timeout = settings.heartbeat_timeout_s or min(5.0, max(1.0, 2 * settings.heartbeat_s))
-    client = CoordinatorClient(settings.coordinator_url, settings.token, timeout)
+    client = CoordinatorClient(
+        settings.coordinator_url, settings.token, timeout, settings.coordinator_urls
+    )
     started: list[StreamingQuery] = []
     try:
         return _run_container(settings, client, started)

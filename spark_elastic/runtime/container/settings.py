@@ -40,6 +40,7 @@ from spark_elastic.errors import ArgumentError, ProtocolError
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
     COORDINATOR_URL_ENV,
+    COORDINATORS_ENV,
     JOB_ENV,
     validate_container_id,
 )
@@ -56,7 +57,10 @@ class ContainerSettings:
     container_id
         The id the coordinator issued.
     coordinator_url
-        The coordinator's base URL.
+        The coordinator's base URL (the one that launched it).
+    coordinator_urls
+        Every coordinator of the job it may try, ``coordinator_url`` first
+        (``SPARK_ELASTIC_COORDINATORS``: a leader's standbys).
     job
         The job spec, ``module:attribute`` or ``file.py:attribute``.
     master
@@ -104,6 +108,7 @@ class ContainerSettings:
     warmup: str = "replay"
     acceptable_lag: int = 10_000
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    coordinator_urls: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ContainerSettings:
@@ -138,9 +143,15 @@ class ContainerSettings:
         url = env[COORDINATOR_URL_ENV].rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise ArgumentError.invalid(COORDINATOR_URL_ENV, "an http:// or https:// URL", url)
+        others = [u.strip().rstrip("/") for u in env.get(COORDINATORS_ENV, "").split(",")]
+        others = [u for u in others if u]
+        wrong = [u for u in others if not u.startswith(("http://", "https://"))]
+        if wrong:
+            raise ArgumentError.invalid(COORDINATORS_ENV, "comma-separated http:// URLs", wrong[0])
         return cls(
             container_id=container_id,
             coordinator_url=url,
+            coordinator_urls=tuple(dict.fromkeys([url, *others])),
             job=env[JOB_ENV],
             master=env.get("SPARK_ELASTIC_MASTER") or "local[2]",
             heartbeat_s=_millis(env, "SPARK_ELASTIC_HEARTBEAT_MS", 1000) / 1000,

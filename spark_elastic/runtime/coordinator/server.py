@@ -223,6 +223,11 @@ def coordinator_line(coordinator: dict[str, Any]) -> str:
         )
     if coordinator["storeError"]:
         line += f"; its store fails: {coordinator['storeError']}"
+    standbys = coordinator["standbys"]
+    if standbys:
+        line += "; standing by: " + ", ".join(f"{s['url']} (host {s['host']})" for s in standbys)
+    elif coordinator["heldForS"] is not None:
+        line += "; no standby"
     return line + "."
 
 
@@ -368,6 +373,13 @@ class _Metrics:
                     self.lag.remove(task["task"])
 
 
+def url_of(sock: socket.socket) -> str:
+    """The URL of a coordinator listening on ``sock`` (:func:`bind`)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
 class CoordinatorServer:
     """The coordinator: a :class:`Supervisor` behind an aiohttp server, on its own loop.
 
@@ -394,8 +406,7 @@ class CoordinatorServer:
             )
         self.host = host
         self.port = port
-        shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{port}"
+        self.url = url_of(sock)
         self._sock = sock
         self._token = token
         self.supervisor = make_supervisor(self.url)

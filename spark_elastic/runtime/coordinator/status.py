@@ -81,6 +81,8 @@ class Facts:
         ``{"state", "at", "why"}`` (:meth:`.Supervisor.job_state`).
     leadership
         Which coordinator leads, on which store, since when (:mod:`.leadership`).
+    standbys
+        The coordinators standing by (:meth:`.Store.standbys`).
     model
         The current job model.
     records
@@ -151,6 +153,7 @@ class Facts:
     job: str
     job_state: Mapping[str, Any]
     leadership: LeadershipView
+    standbys: Sequence[Mapping[str, Any]]
     model: JobModel
     records: Sequence[ContainerRecord]
     leases: Mapping[str, Lease]
@@ -225,7 +228,7 @@ def job_status(facts: Facts) -> dict[str, Any]:
     return {
         "job": facts.job,
         "jobState": dict(facts.job_state),
-        "coordinator": coordinator_status(facts.leadership),
+        "coordinator": coordinator_status(facts.leadership, facts.standbys),
         "jobModelVersion": model.version,
         "change": change_status(
             facts.change, facts.in_phase_s, facts.warm_up_deadline_s, facts.catch_up_s
@@ -495,9 +498,13 @@ def input_lag(
     )
 
 
-def coordinator_status(leadership: LeadershipView) -> dict[str, Any]:
-    """The status's ``coordinator``: which leads, on which store, since when, what fails."""
+def coordinator_status(
+    leadership: LeadershipView, standbys: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The status's ``coordinator``: which leads, on which store, since when, what fails, and
+    which coordinators stand by (``standbys``, as :meth:`.Store.standbys` lists them)."""
     return {
+        "standbys": [dict(s) for s in standbys],
         "url": leadership.url,
         "store": leadership.store,
         "leadsSince": leadership.since,

@@ -117,6 +117,7 @@ from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import (
     CONTAINER_ID_ENV,
     COORDINATOR_URL_ENV,
+    COORDINATORS_ENV,
     JOB_ENV,
     ContainerModel,
     HeartbeatReply,
@@ -571,10 +572,14 @@ class Supervisor:
                 self.retiring.forget(old_id)
 
     def _launch(self, record: ContainerRecord) -> None:
+        # Where else to look for the job's leader: the operator's peers and the standbys.
+        others = [u for u in self.container_env.get(COORDINATORS_ENV, "").split(",") if u]
+        others += [standby["url"] for standby in self.store.standbys()]
         env = {
             **self.container_env,
             CONTAINER_ID_ENV: record.id,
             COORDINATOR_URL_ENV: self.url,
+            COORDINATORS_ENV: ",".join(dict.fromkeys(others)),
             JOB_ENV: self.shape.spec,
         }
         pid = self.processes.launch(record.id, env)
@@ -1376,10 +1381,9 @@ class Supervisor:
             # A shared store out of reach: what was read last (nothing before the first
             # read), with the coordinator's line saying what fails.
             self.leadership.store_failed(exc)
-            return {
-                **(self._last_status or {}),
-                "coordinator": coordinator_status(self.leadership.view()),
-            }
+            last = self._last_status or {}
+            standbys = last.get("coordinator", {}).get("standbys", [])
+            return {**last, "coordinator": coordinator_status(self.leadership.view(), standbys)}
         self._last_status = status
         return status
 
@@ -1396,6 +1400,7 @@ class Supervisor:
                 job=self.shape.name,
                 job_state=self.job_state(),
                 leadership=self.leadership.view(),
+                standbys=self.store.standbys(),
                 model=self.model,
                 records=tuple(self.records.values()),
                 leases=dict(self._live),

@@ -176,6 +176,19 @@ class Store(abc.ABC):
         released)."""
         return math.inf
 
+    def stand_by(self, url: str) -> None:
+        """Say that a standby coordinator at ``url`` waits to lead (nothing on a store only
+        one host can reach: no other coordinator can wait for it)."""
+        del url
+
+    def standbys(self) -> list[dict[str, Any]]:
+        """The standbys that said so within a lease: ``[{url, host, pid, since}]``."""
+        return []
+
+    def leave(self, url: str) -> None:
+        """A standby at ``url`` stops waiting."""
+        del url
+
     # Shared by both.
 
     @property

@@ -46,7 +46,10 @@ _LEADER = """
 CREATE TABLE IF NOT EXISTS leader (
     id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, url TEXT NOT NULL,
     host TEXT NOT NULL, pid INTEGER NOT NULL, since DOUBLE PRECISION NOT NULL,
-    lease_until TIMESTAMPTZ NOT NULL)
+    lease_until TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS standbys (
+    url TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,
+    since DOUBLE PRECISION NOT NULL, seen TIMESTAMPTZ NOT NULL)
 """
 
 _CLAIMS_LOCK = 0x5E1A571C
@@ -111,7 +114,7 @@ class PostgreSQLStore(Store):
                     real="DOUBLE PRECISION",
                     big="BIGINT",
                 )
-                for statement in [*schema.split(";"), _LEADER]:
+                for statement in [*schema.split(";"), *_LEADER.split(";")]:
                     db.execute(statement)
         except psycopg.Error as exc:
             raise StoreError(
@@ -220,6 +223,30 @@ class PostgreSQLStore(Store):
     def held_for(self) -> float:
         """Seconds this coordinator surely still leads (0 once its lease may have run out)."""
         return max(0.0, self._held_until - self._clock())
+
+    def stand_by(self, url: str) -> None:
+        """Say (again) that a standby coordinator at ``url`` waits to lead."""
+        with self._translated():
+            self._connection().execute(
+                "INSERT INTO standbys (url, host, pid, since, seen) VALUES (%s, %s, %s, %s, now())"
+                " ON CONFLICT (url) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
+                " seen = excluded.seen",
+                (url, socket.gethostname(), os.getpid(), time.time()),
+            )
+
+    def standbys(self) -> list[dict[str, Any]]:
+        """The standbys that said so within a lease, oldest first."""
+        rows = self._rows(
+            "SELECT url, host, pid, since FROM standbys"
+            " WHERE seen > now() - make_interval(secs => ?) ORDER BY since",
+            (self.lease_s,),
+        )
+        return [{"url": r[0], "host": r[1], "pid": r[2], "since": r[3]} for r in rows]
+
+    def leave(self, url: str) -> None:
+        """A standby at ``url`` stops waiting (it leads now, or it stopped)."""
+        with self._translated():
+            self._connection().execute("DELETE FROM standbys WHERE url = %s", (url,))
 
     def owner(self) -> dict[str, Any] | None:
         """The leader as it wrote itself (url, host, pid, epoch, since) and whether its lease
