@@ -37,16 +37,16 @@ from spark_elastic.runtime.lease import LeaseTerms
 class NoProcesses:
     """A launcher for simulated containers: nothing is started; every 'process' is alive."""
 
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
-        return 0
+    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
+        return f"simulated-{container_id}"
 
-    def alive(self, pid: int, container_id: str) -> bool:
+    def alive(self, handle: str, container_id: str) -> bool:
         return True
 
-    def terminate(self, pid: int, container_id: str) -> None:
+    def terminate(self, handle: str, container_id: str) -> None:
         return None
 
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
+    def kill(self, handle: str, container_id: str, sig: int) -> None:
         return None
 
     def reap(self) -> None:

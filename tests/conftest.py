@@ -65,27 +65,27 @@ class FakeLauncher:
     """
 
     exits_on_sigterm: bool = True
-    processes: dict[int, FakeProcess] = field(default_factory=dict)
+    processes: dict[str, FakeProcess] = field(default_factory=dict)
     _pids: Iterator[int] = field(default_factory=lambda: itertools.count(50_000))
 
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
-        pid = next(self._pids)
-        self.processes[pid] = FakeProcess(container_id, dict(env))
-        return pid
+    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
+        handle = f"fake-{next(self._pids)}"  # opaque to the coordinator, as a pod's UID is
+        self.processes[handle] = FakeProcess(container_id, dict(env))
+        return handle
 
-    def alive(self, pid: int, container_id: str) -> bool:
-        process = self.processes.get(pid)
+    def alive(self, handle: str, container_id: str) -> bool:
+        process = self.processes.get(handle)
         return process is not None and process.container_id == container_id and process.alive
 
-    def terminate(self, pid: int, container_id: str) -> None:
-        process = self.processes.get(pid)
+    def terminate(self, handle: str, container_id: str) -> None:
+        process = self.processes.get(handle)
         if process is not None and process.container_id == container_id:
             process.terminated = True
             if self.exits_on_sigterm:
                 process.alive = False
 
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
-        process = self.processes.get(pid)
+    def kill(self, handle: str, container_id: str, sig: int) -> None:
+        process = self.processes.get(handle)
         if process is not None and process.container_id == container_id:
             if sig == signal.SIGKILL:
                 process.killed = True
@@ -100,8 +100,8 @@ class FakeLauncher:
             if process.container_id == container_id:
                 process.alive = False
 
-    def pid_of(self, container_id: str) -> int:
-        return next(p for p, proc in self.processes.items() if proc.container_id == container_id)
+    def handle_of(self, container_id: str) -> str:
+        return next(h for h, proc in self.processes.items() if proc.container_id == container_id)
 
     def running(self) -> list[str]:
         return sorted(p.container_id for p in self.processes.values() if p.alive)
@@ -132,9 +132,9 @@ class InProcess:
     def register_all(self) -> None:
         """Every launched, unregistered container registers (its Spark application is up)."""
         states = self.states()
-        for pid, process in self.launcher.processes.items():
+        for number, process in enumerate(self.launcher.processes.values(), 50_000):
             if process.alive and states.get(process.container_id) == "launching":
-                self.supervisor.register(Registration(process.container_id, pid))
+                self.supervisor.register(Registration(process.container_id, number))
 
     def beat_all(self) -> None:
         for process in self.launcher.processes.values():

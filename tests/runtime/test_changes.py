@@ -191,7 +191,7 @@ def test_a_move_whose_warm_up_never_registers_is_rolled_back_at_its_deadline(
     assert warm_ups(in_process) == []
     assert sup.change is None
     assert in_process.live() == owners  # the old owners keep their tasks, never stopped
-    assert all(in_process.launcher.alive(in_process.launcher.pid_of(o), o) for o in owners)
+    assert all(in_process.launcher.alive(in_process.launcher.handle_of(o), o) for o in owners)
     assert in_process.states()[warm] == "cancelled"
     (rolled,) = events(in_process, "deadline")
     assert "2 -> 1 containers rolled back: its warm-ups were not ready within 120 s" in rolled

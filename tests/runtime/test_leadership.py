@@ -78,8 +78,8 @@ def coordinators(tmp_path: Path, job_role: tuple[str, str]) -> Iterator[Callable
 def start(supervisor: Supervisor, launcher: FakeLauncher) -> list[str]:
     """Launch and register the job's containers; their ids."""
     supervisor.launch_pending()
-    for pid, process in launcher.processes.items():
-        supervisor.register(Registration(process.container_id, pid))
+    for number, process in enumerate(launcher.processes.values(), 50_000):
+        supervisor.register(Registration(process.container_id, number))
     return sorted(c.container_id for c in supervisor.model.containers)
 
 

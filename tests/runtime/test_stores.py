@@ -74,13 +74,13 @@ def test_a_transaction_writes_everything_or_nothing(stores: Callable[..., Store]
     def half_way() -> None:
         with store.transaction() as db:
             store.add_container(db, record("c2", store.next_generation(db)))
-            store.update_container(db, "c1", state="running", pid=7)
+            store.update_container(db, "c1", state="running", handle="7")
             store.add_event(db, "launch", "c2")
             raise RuntimeError("half way")
 
     with pytest.raises(RuntimeError, match="half way"):
         half_way()
-    assert [(c.id, c.state, c.pid) for c in store.containers()] == [("c1", "launching", None)]
+    assert [(c.id, c.state, c.handle) for c in store.containers()] == [("c1", "launching", None)]
     assert [e.kind for e in store.events()] == ["start"]
     assert store.model_versions() == [1]
     assert store.meta("next_generation") == "2"

@@ -24,43 +24,44 @@ __all__ = ["Launcher", "LocalLauncher"]
 
 
 class Launcher(Protocol):
-    """Starts and stops container processes (local processes by default).
+    """Starts and stops containers (local processes by default).
 
-    The ``pid`` that :meth:`launch` returns is an opaque handle: the
-    coordinator never signals or inspects it itself. It stores the handle
-    with the container (and shows it on the status page) and only passes it
-    back, with the container's id, to :meth:`alive`, :meth:`terminate` and
-    :meth:`kill`; after a coordinator restart, to a new launcher. The only
+    The handle that :meth:`launch` returns is an opaque string: a PID for a
+    local process, a pod's UID, a namespace's name. The coordinator never
+    interprets it: it stores the handle with the container (and shows it on
+    the status page) and only passes it back, with the container's id, to
+    :meth:`alive`, :meth:`terminate` and :meth:`kill`; after a coordinator
+    restart, or on a standby that took over, to a new launcher. The only
     signal it asks for is SIGKILL.
 
     A launcher for another platform implements the same five calls. On
-    Kubernetes, say: :meth:`launch` creates a pod (named or labelled by the
-    container id, the environment given as its env) and returns a handle
-    for it, e.g. a number it keeps in a label; :meth:`alive` says whether
-    that pod, labelled with that container id, is pending or running;
-    :meth:`terminate` deletes the pod with a grace period (the kubelet sends
-    SIGTERM to the container's main process, which finishes its micro-batch
-    in flight) longer than a lease, since the coordinator kills on its own
-    schedule; :meth:`kill` deletes it at once (grace period 0); :meth:`reap`
-    removes pods that completed. Each call resolves the pod from the
-    container id and the handle, so a restarted coordinator's new launcher
-    answers for pods an earlier one created.
+    Kubernetes, say: :meth:`launch` creates a pod (labelled with the
+    container id, the environment given as its env) and returns its UID;
+    :meth:`alive` says whether that pod, labelled with that container id, is
+    pending or running; :meth:`terminate` deletes the pod with a grace
+    period (the kubelet sends SIGTERM to the container's main process, which
+    finishes its micro-batch in flight) longer than a lease, since the
+    coordinator kills on its own schedule; :meth:`kill` deletes it at once
+    (grace period 0); :meth:`reap` removes pods that completed. Each call
+    resolves the container from its id and the handle, so a new launcher
+    answers for containers an earlier one created, and a handle that no
+    longer names that container's is never acted on.
     """
 
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
-        """Start a container; return its PID."""
+    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
+        """Start a container; return its handle."""
         ...
 
-    def alive(self, pid: int, container_id: str) -> bool:
-        """Whether ``pid`` is still that container's process."""
+    def alive(self, handle: str, container_id: str) -> bool:
+        """Whether ``handle`` still names that container, running."""
         ...
 
-    def terminate(self, pid: int, container_id: str) -> None:
+    def terminate(self, handle: str, container_id: str) -> None:
         """Ask the container's main process to stop (SIGTERM, only if it is still that
         container): it finishes its micro-batch in flight, stops its query and exits."""
         ...
 
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
+    def kill(self, handle: str, container_id: str, sig: int) -> None:
         """Signal every process the container started (only processes of that container),
         even once its main process has exited."""
         ...
@@ -98,8 +99,8 @@ class LocalLauncher:
     """PID -> container id of every process this launcher started."""
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
-        """Start a container; return its PID."""
+    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
+        """Start a container; return its PID, as a string (its handle)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{container_id}.log").open("ab") as log:
             process = subprocess.Popen(
@@ -112,9 +113,9 @@ class LocalLauncher:
             )
         self._children[process.pid] = process
         self.launched[process.pid] = container_id
-        return process.pid
+        return str(process.pid)
 
-    def alive(self, pid: int, container_id: str) -> bool:
+    def alive(self, handle: str | int, container_id: str) -> bool:
         """Whether ``pid`` is still that container's process (zombies count as dead).
 
         A process this launcher started is its child: its PID cannot be reused
@@ -122,22 +123,26 @@ class LocalLauncher:
         between fork and exec it shows the launcher's own environment, and a
         container just launched looked as if it had exited.
         """
+        pid = _pid(handle)
+        if pid is None:
+            return False
         child = self._children.get(pid)
         if child is not None and self.launched.get(pid) == container_id:
             return child.poll() is None
         return _of_container(pid, container_id) is not None
 
-    def terminate(self, pid: int, container_id: str) -> None:
+    def terminate(self, handle: str | int, container_id: str) -> None:
         """SIGTERM to the container's main process only, if ``pid`` is still that container.
 
         Not to its process group: its Spark driver (a JVM in the group) would
         abandon the micro-batch in flight, which the container finishes first.
         """
-        if self.alive(pid, container_id):
+        pid = _pid(handle)
+        if pid is not None and self.alive(pid, container_id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
-    def kill(self, pid: int, container_id: str, sig: int) -> None:
+    def kill(self, handle: str | int, container_id: str, sig: int) -> None:
         """Signal the container's process group while any process of it is that container's.
 
         Its main process leads the group (its own session); what it started,
@@ -145,6 +150,9 @@ class LocalLauncher:
         the group is signalled after its leader exited too (what is left of
         it), and never once its id could name someone else's group.
         """
+        pid = _pid(handle)
+        if pid is None:
+            return
         if self.alive(pid, container_id) or _group_of_container(pid, container_id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
@@ -158,6 +166,12 @@ class LocalLauncher:
         for pid, child in list(self._children.items()):
             if child.poll() is not None:
                 del self._children[pid]
+
+
+def _pid(handle: str | int) -> int | None:
+    """A local process's PID from its handle; None for a handle another launcher made."""
+    text = str(handle)
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _of_container(pid: int, container_id: str) -> int | None:

@@ -417,7 +417,9 @@ class Mover:
     def _ready(self, container_id: str) -> bool:
         """Whether a new owner may take its tasks: warm, or cold (never launched)."""
         record = self.host.records[container_id]
-        return record.state == "warm" or (self.host.waits_cold(container_id) and record.pid is None)
+        return record.state == "warm" or (
+            self.host.waits_cold(container_id) and record.handle is None
+        )
 
     def _owners_may_shut_down(
         self, warmups: list[ContainerModel], owners: list[ContainerModel]

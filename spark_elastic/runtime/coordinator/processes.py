@@ -1,7 +1,7 @@
 """The one place the coordinator starts, watches, stops and kills container processes.
 
 :class:`Processes` wraps a :class:`.launcher.Launcher` (its handles are
-opaque: a PID for local processes) with the coordinator's two ways of ending
+opaque strings: a PID for local processes) with the coordinator's two ways of ending
 a container: *stop* (SIGTERM: it finishes its micro-batch in flight, stops
 its query and exits) and *kill* (SIGKILL of everything the container
 started, for one that no longer holds a lease, or what is left of one that
@@ -43,28 +43,28 @@ class Processes:
     launcher: Launcher
     clock: Callable[[], float]
     grace_s: float
-    _doomed: dict[str, tuple[int, float]] = field(default_factory=dict)
+    _doomed: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Container id -> (handle, when it is killed if it has not exited)."""
 
-    def launch(self, container_id: str, env: Mapping[str, str]) -> int:
+    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
         """Start a container; returns the launcher's handle for it."""
         return self.launcher.launch(container_id, env)
 
-    def alive(self, handle: int | None, container_id: str) -> bool:
+    def alive(self, handle: str | None, container_id: str) -> bool:
         """Whether the container's process runs (False without a handle: never launched)."""
         return handle is not None and self.launcher.alive(handle, container_id)
 
-    def stop(self, handle: int | None, container_id: str) -> None:
+    def stop(self, handle: str | None, container_id: str) -> None:
         """Ask it to stop at a batch boundary (SIGTERM to its main process)."""
         if handle is not None:
             self.launcher.terminate(handle, container_id)
 
-    def kill(self, handle: int | None, container_id: str) -> None:
+    def kill(self, handle: str | None, container_id: str) -> None:
         """SIGKILL everything it started: it holds no lease any more, or it has exited."""
         if handle is not None:
             self.launcher.kill(handle, container_id, signal.SIGKILL)
 
-    def doom(self, handle: int | None, container_id: str) -> None:
+    def doom(self, handle: str | None, container_id: str) -> None:
         """Ask it to stop now and kill it :attr:`grace_s` later unless it exited by then."""
         if handle is not None:
             self.stop(handle, container_id)

@@ -279,7 +279,9 @@ def _container_row(facts: Facts, record: ContainerRecord) -> dict[str, Any]:
     return {
         "containerId": record.id,
         "state": record.state,
-        "pid": record.pid,
+        # A local process's handle is its PID; another launcher's (a pod's UID) is not one.
+        "pid": int(record.handle) if record.handle and record.handle.isdigit() else None,
+        "handle": record.handle,
         "generation": record.generation,
         "tasks": list(record.tasks),
         "checkpoint": record.checkpoint,

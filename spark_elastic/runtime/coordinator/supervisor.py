@@ -198,6 +198,11 @@ class JobShape:
         return f"{self.checkpoint_root.rstrip('/')}/generations/{generation:06d}-{container_id}"
 
 
+def _shown(handle: str) -> str:
+    """A launcher's handle in an event: ``pid 4242`` for a local process, else as it is."""
+    return f"pid {handle}" if handle.isdigit() else f"handle {handle}"
+
+
 def _cause_of(reason: str) -> str:
     """A failure's cause without its figures, so that failures of one cause count together."""
     return "lease expired" if reason.startswith("lease expired") else reason
@@ -349,7 +354,7 @@ class Supervisor:
                 self._live[record.id] = _Live(
                     now, record.state in ("running", "warm"), launched_at=now
                 )
-            elif record.state == "retired" and record.pid is not None:
+            elif record.state == "retired" and record.handle is not None:
                 # It may still be stopping: its successor waits for it as for a live lease.
                 self.retiring.retire(record.id, now, now)
         self.store.event("start", detail=f"coordinator restarted on job model {stored.version}")
@@ -528,7 +533,7 @@ class Supervisor:
         for record in list(self.records.values()):
             if (
                 record.state == "launching"
-                and record.pid is None
+                and record.handle is None
                 and not self._waits(record)
                 and not self.waits_cold(record.id)
                 and self.crash_loops.may_launch(record.id, self.clock())
@@ -563,11 +568,11 @@ class Supervisor:
         beside a process still on its way out."""
         for old_id in self.retiring:
             old = self.records[old_id]
-            stopped = not self.processes.alive(old.pid, old_id)
+            stopped = not self.processes.alive(old.handle, old_id)
             if stopped or self.clock() > self.terms.reassignable_at(
                 self.retiring.renewed_at(old_id)
             ):
-                self.processes.kill(old.pid, old_id)
+                self.processes.kill(old.handle, old_id)
             if stopped:
                 self.retiring.forget(old_id)
 
@@ -582,13 +587,13 @@ class Supervisor:
             COORDINATORS_ENV: ",".join(dict.fromkeys(others)),
             JOB_ENV: self.shape.spec,
         }
-        pid = self.processes.launch(record.id, env)
+        handle = self.processes.launch(record.id, env)
         with self.store.transaction() as db:
-            self.store.update_container(db, record.id, pid=pid, launched_at=time.time())
+            self.store.update_container(db, record.id, handle=handle, launched_at=time.time())
             self.store.add_event(
-                db, "launch", record.id, f"pid {pid}, generation {record.generation}"
+                db, "launch", record.id, f"{_shown(handle)}, generation {record.generation}"
             )
-        self.set_record(record.id, pid=pid, launched_at=time.time())
+        self.set_record(record.id, handle=handle, launched_at=time.time())
         self._live[record.id] = _Live(self.clock(), False, launched_at=self.clock())
 
     def set_record(self, container_id: str, **changes: Any) -> None:
@@ -673,14 +678,14 @@ class Supervisor:
             state = "warm" if warmup is not None else "running"
             # The launcher's handle stays the container's: the PID it reports is its own,
             # on a host the coordinator may not share.
-            pid = self.records[cid].pid
-            pid = registration.pid if pid is None else pid
+            handle = self.records[cid].handle
+            handle = str(registration.pid) if handle is None else handle
             with self.store.transaction() as db:
                 self.store.update_container(
                     db,
                     cid,
                     state=state,
-                    pid=pid,
+                    handle=handle,
                     spark_app=registration.spark_app_id,
                     registered_at=time.time(),
                 )
@@ -693,7 +698,7 @@ class Supervisor:
                     )
                 else:
                     self.store.add_event(db, "register", cid, f"pid {registration.pid}")
-            self.set_record(cid, state=state, pid=pid, registered_at=time.time())
+            self.set_record(cid, state=state, handle=handle, registered_at=time.time())
         return reply
 
     def progress(self, report: ProgressReport) -> HeartbeatReply:
@@ -748,7 +753,7 @@ class Supervisor:
                 return f"lease expired {late:.1f} s ago (margin {self.terms.margin_s:.1f} s)"
             return None
         # Not registered: it never held a lease, so it cannot have written anything.
-        if record.pid is not None and not self.processes.alive(record.pid, container_id):
+        if record.handle is not None and not self.processes.alive(record.handle, container_id):
             return "its process exited before it registered"
         # A warm-up's readiness is bounded by its change's deadline (it may take long to
         # follow its old owners); anything else must register within the start-up bound,
@@ -926,7 +931,7 @@ class Supervisor:
         """No lease any more: stopped now, killed a lease later unless it exited."""
         self._live.pop(container_id, None)
         self.set_record(container_id, state=state, ended_at=time.time())
-        self.processes.doom(self.records[container_id].pid, container_id)
+        self.processes.doom(self.records[container_id].handle, container_id)
 
     # crash loops
 
@@ -1135,9 +1140,9 @@ class Supervisor:
         for record in records:
             live = self._live.pop(record.id, None)
             self.set_record(record.id, state="retired", ended_at=time.time())
-            if live is not None and record.pid is not None:
+            if live is not None and record.handle is not None:
                 self.retiring.retire(record.id, live.renewed_at, self.clock())
-                self.processes.stop(record.pid, record.id)
+                self.processes.stop(record.handle, record.id)
 
     def sources_of(self, record: ContainerRecord) -> tuple[str, ...]:
         """Where a successor of ``record`` starts from: its checkpoint once it reported a
@@ -1212,7 +1217,7 @@ class Supervisor:
                 self.flight.enter(db, WARMING)
         self.count("failovers")
         # Fenced already (its lease is over); killing it just frees its resources.
-        self.processes.kill(old.pid, old_id)
+        self.processes.kill(old.handle, old_id)
 
     # 7. autoscale
 
@@ -1292,8 +1297,8 @@ class Supervisor:
         """
         live = [r for r in self.records.values() if r.live]
         for record in live:
-            self.processes.stop(record.pid, record.id)
-        retiring = [self.records[c] for c in self.retiring if self.records[c].pid is not None]
+            self.processes.stop(record.handle, record.id)
+        retiring = [self.records[c] for c in self.retiring if self.records[c].handle is not None]
         # Those never launched stop too (as "stopped"): a resume treats every container alike.
         return [*live, *retiring]
 
@@ -1310,7 +1315,7 @@ class Supervisor:
         bool
             True while one of their processes is alive.
         """
-        return any(self.processes.alive(r.pid, r.id) for r in stopping)
+        return any(self.processes.alive(r.handle, r.id) for r in stopping)
 
     def stop_end(self, stopping: Sequence[ContainerRecord], failed: str | None = None) -> None:
         """SIGKILL what is left, and record the job as stopped (``job run`` resumes it).
@@ -1323,7 +1328,7 @@ class Supervisor:
             Why the coordinator stops, when it failed (recorded in the event).
         """
         for record in stopping:
-            self.processes.kill(record.pid, record.id)
+            self.processes.kill(record.handle, record.id)
         live = [r for r in stopping if r.live]
         with self.store.transaction() as db:
             for record in live:
@@ -1345,7 +1350,7 @@ class Supervisor:
         """SIGKILL every process this coordinator knows of (the last resort of a failed stop)."""
         for record in self.records.values():
             if record.live or record.id in self.retiring:
-                self.processes.kill(record.pid, record.id)
+                self.processes.kill(record.handle, record.id)
 
     def job_state(self) -> dict[str, Any]:
         """The job's own state: ``running``, ``stopped`` or ``failed``, since when, and why.

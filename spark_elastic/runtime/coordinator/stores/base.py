@@ -22,6 +22,7 @@ Tables::
     models(version, json, at)   every job model version, as served
     containers(id, generation, state, pid, spark_app, tasks, checkpoint,
                sources, launched_at, registered_at, ended_at)
+                                (pid: the launcher's handle, a string)
     events(id, at, kind, container, detail)
     progress(container, task, batch, offsets, lag, at)
     throughput(container, batch, records_read, records_processed, at)
@@ -66,7 +67,7 @@ CREATE TABLE IF NOT EXISTS models (
     version INTEGER PRIMARY KEY, json TEXT NOT NULL, at {real} NOT NULL);
 CREATE TABLE IF NOT EXISTS containers (
     id TEXT PRIMARY KEY, generation INTEGER NOT NULL, state TEXT NOT NULL,
-    pid INTEGER, spark_app TEXT NOT NULL DEFAULT '', tasks TEXT NOT NULL,
+    pid TEXT, spark_app TEXT NOT NULL DEFAULT '', tasks TEXT NOT NULL,
     checkpoint TEXT NOT NULL, sources TEXT NOT NULL, launched_at {real},
     registered_at {real}, ended_at {real});
 CREATE TABLE IF NOT EXISTS events (
@@ -85,6 +86,10 @@ CREATE TABLE IF NOT EXISTS enforced (
 """
 """The tables, with each implementation's words for an auto-numbered key (``serial``),
 a double (``real``) and a 64-bit integer (``big``)."""
+
+
+_COLUMNS = {"handle": "pid"}
+"""Fields whose column has another name (kept, so stores written before still open)."""
 
 
 class Store(abc.ABC):
@@ -298,7 +303,7 @@ class Store(abc.ABC):
                 record.id,
                 record.generation,
                 record.state,
-                record.pid,
+                record.handle,
                 record.spark_app,
                 json.dumps(list(record.tasks)),
                 record.checkpoint,
@@ -311,14 +316,15 @@ class Store(abc.ABC):
 
     def update_container(self, db: Any, container_id: str, **fields: Any) -> None:
         """Change some of a container's columns (inside a transaction)."""
-        allowed = {"state", "pid", "spark_app", "launched_at", "registered_at", "ended_at"}
+        allowed = {"state", "handle", "spark_app", "launched_at", "registered_at", "ended_at"}
         if "sources" in fields:  # set when a warm-up takes its tasks over
             fields = {**fields, "sources": json.dumps(list(fields["sources"]))}
             allowed.add("sources")
         unknown = set(fields) - allowed
         if unknown:
             raise ArgumentError.invalid("fields", f"columns among {sorted(allowed)}", unknown)
-        assignments = ", ".join(f"{name} = ?" for name in fields)
+        # The handle's column is still named for the PIDs it held first.
+        assignments = ", ".join(f"{_COLUMNS.get(name, name)} = ?" for name in fields)
         self._execute(
             db,
             # Column names come from the allowed set above, never from the caller.
@@ -337,7 +343,7 @@ class Store(abc.ABC):
                 r[0],
                 r[1],
                 r[2],
-                r[3],
+                None if r[3] is None else str(r[3]),
                 r[4],
                 tuple(json.loads(r[5])),
                 r[6],

@@ -27,8 +27,9 @@ class ContainerRecord:
         ``launching`` (started, not registered), ``warm`` (a warm-up that
         registered: ready to take its tasks), ``running``, ``expired`` (lease
         ran out; replaced), ``retired`` (handed its tasks over) or ``stopped``.
-    pid
-        Its process id, once known.
+    handle
+        Its launcher's handle, once launched (opaque: a PID for a local
+        process, a pod's UID); for one launched elsewhere, the PID it reported.
     spark_app
         Its Spark application id, once reported.
     tasks
@@ -44,7 +45,7 @@ class ContainerRecord:
     id: str
     generation: int
     state: str
-    pid: int | None
+    handle: str | None
     spark_app: str
     tasks: tuple[str, ...]
     checkpoint: str
