@@ -248,13 +248,19 @@ class RunningJob:
         return done.stdout.strip()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        stop_process(self.process)
         self.log_file.close()
+
+
+def stop_process(process: subprocess.Popen[str], timeout_s: float = 120.0) -> None:
+    """SIGTERM (a coordinator stops its containers), SIGKILL past ``timeout_s``; by its PID."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
 
 
 def published(out: Path, container: str) -> list[float]:

@@ -389,7 +389,7 @@ def _watch(job_input: JobInput) -> _InputWatch | InputProcess:
 
 
 def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProcess) -> int:
-    from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+    from spark_elastic.runtime.coordinator.launchers import LocalLauncher
     from spark_elastic.runtime.coordinator.server import (
         CoordinatorServer,
         bind,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from jvm import CONTAINER_CONF
 
 from spark_elastic import EmbeddedLog, ParquetSink
-from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.launchers import LocalLauncher
 from spark_elastic.runtime.sinks import DATA_DIR
 from spark_elastic.storage import is_local
 

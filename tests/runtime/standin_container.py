@@ -26,7 +26,9 @@ from spark_elastic.runtime.protocol import Registration
 
 def main() -> int:
     settings = ContainerSettings.from_env()
-    client = CoordinatorClient(settings.coordinator_url, others=settings.coordinator_urls)
+    client = CoordinatorClient(
+        settings.coordinator_url, settings.token, others=settings.coordinator_urls
+    )
     stop = False
 
     def on_term(*_: object) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from standins import HERE, TERMS, shape
 
-from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.launchers import LocalLauncher
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind, url_of
 from spark_elastic.runtime.coordinator.standby import lead_or_stand_by
 from spark_elastic.runtime.coordinator.stores import open_store

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.launchers import LocalLauncher
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
 from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
@@ -49,9 +49,13 @@ def wait_until(what: str, condition: Callable[[], Any], timeout: float = 30.0) -
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def call(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+def call(
+    url: str, body: Any = None, raw: bytes | None = None, token: str | None = None
+) -> tuple[int, Any]:
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     request = urllib.request.Request(url, data=data)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, json.loads(response.read())
@@ -99,10 +103,14 @@ class Coordinator:
         port: int = 0,
         job_shape: JobShape | None = None,
         env: dict[str, str] | None = None,
+        launcher: Any = None,
+        host: str = "127.0.0.1",
+        token: str | None = None,
         **supervisor: Any,
     ) -> None:
         self.root = root
-        self.launcher = LocalLauncher(
+        self.token = token
+        self.launcher = launcher or LocalLauncher(
             root / "logs", command or [sys.executable, str(HERE / "standin_container.py")]
         )
         store = SQLiteStore(root / "coordinator.db")
@@ -118,7 +126,8 @@ class Coordinator:
                 container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200", **(env or {})},
                 **supervisor,
             ),
-            bind("127.0.0.1", port),
+            bind(host, port),
+            token,
         )
         self.url = self.server.url
 
@@ -127,7 +136,7 @@ class Coordinator:
         return self.server.supervisor
 
     def status(self) -> dict[str, Any]:
-        return call(f"{self.url}/status.json")[1]  # type: ignore[no-any-return]
+        return call(f"{self.url}/status.json", token=self.token)[1]  # type: ignore[no-any-return]
 
     def running(self) -> dict[str, int]:
         return {
@@ -137,6 +146,9 @@ class Coordinator:
         }
 
     def kill_all(self) -> None:
+        if not hasattr(self.launcher, "launched"):
+            self.launcher.remove_all()  # a namespace launcher: everything in its namespaces
+            return
         for pid, container_id in self.launcher.launched.items():
             self.launcher.kill(pid, container_id, signal.SIGKILL)
 

@@ -31,7 +31,7 @@ from standins import (
 )
 
 from spark_elastic.errors import ArgumentError
-from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.launchers import LocalLauncher
 from spark_elastic.runtime.coordinator.placement import initial_assignment
 from spark_elastic.runtime.coordinator.server import MAX_BODY, CoordinatorServer, _TokenBucket, bind
 from spark_elastic.runtime.coordinator.stores import SQLiteStore

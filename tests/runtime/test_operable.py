@@ -18,7 +18,7 @@ import pytest
 
 from conftest import FAKE_TERMS, InProcess
 from spark_elastic.errors import StoreFencedError, StoreOwnedError
-from spark_elastic.runtime.coordinator.launcher import LocalLauncher
+from spark_elastic.runtime.coordinator.launchers import LocalLauncher
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
 from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import Supervisor

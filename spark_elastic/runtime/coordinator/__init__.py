@@ -6,9 +6,9 @@ factor changes), :mod:`.moves` (KIP-441's moves through warm-ups, one group
 at a time), :mod:`.partitions` (SEP-5's partition monitor, a growth's drain and
 handover, the consumer group view), :mod:`.status` (what the status
 shows, as pure functions of what the supervisor knows), :mod:`.placement`
-(which container runs which tasks, as pure functions), :mod:`.launcher`
-(how containers are started and stopped: the ``Launcher`` protocol and
-local processes), :mod:`.processes` (the one place container processes are
+(which container runs which tasks, as pure functions), :mod:`.launchers`
+(where containers run: the ``Launcher`` protocol, local processes, Linux
+namespaces), :mod:`.processes` (the one place container processes are
 launched, stopped and killed, through a launcher), :mod:`.retiring`
 (retired containers their successors wait for), :mod:`.crash_loops`
 (failures at start carried to successors, backoffs, reported causes),

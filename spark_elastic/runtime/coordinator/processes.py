@@ -1,6 +1,6 @@
 """The one place the coordinator starts, watches, stops and kills container processes.
 
-:class:`Processes` wraps a :class:`.launcher.Launcher` (its handles are
+:class:`Processes` wraps a :class:`.launchers.Launcher` (its handles are
 opaque strings: a PID for local processes) with the coordinator's two ways of ending
 a container: *stop* (SIGTERM: it finishes its micro-batch in flight, stops
 its query and exits) and *kill* (SIGKILL of everything the container
@@ -12,7 +12,7 @@ asked to stop now and killed a lease later unless it is gone by then;
 The supervisor (:mod:`.supervisor`) decides who stops and when; nothing else
 signals a process. Runs in the coordinator's event loop, one call at a time.
 
-May import: :mod:`.launcher` and the standard library.
+May import: :mod:`.launchers` and the standard library.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from spark_elastic.runtime.coordinator.launcher import Launcher
+from spark_elastic.runtime.coordinator.launchers import Launcher
 
 __all__ = ["Processes"]
 

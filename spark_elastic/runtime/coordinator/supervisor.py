@@ -82,7 +82,7 @@ from spark_elastic.runtime.coordinator.changes import (
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.input_health import InputHealth
-from spark_elastic.runtime.coordinator.launcher import Launcher
+from spark_elastic.runtime.coordinator.launchers import Launcher
 from spark_elastic.runtime.coordinator.leadership import Leadership
 from spark_elastic.runtime.coordinator.moves import (
     MovePlan,

@@ -1,9 +1,10 @@
-"""How the coordinator starts and stops containers: the :class:`Launcher` protocol.
+"""Containers as local processes: :class:`LocalLauncher`, the default launcher.
 
-:class:`LocalLauncher` runs each container as a local process in its own
-session, and trusts a PID only while ``/proc`` says it is still that
-container's. The supervisor (:mod:`.supervisor`) calls a launcher and
-nothing else to start, watch and stop containers.
+Each container runs as a process of the coordinator's host in its own
+session, and a PID is trusted only while ``/proc`` says it is still that
+container's.
+
+May import: :mod:`spark_elastic.runtime.protocol` and the standard library.
 """
 
 from __future__ import annotations
@@ -16,59 +17,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from spark_elastic.runtime.protocol import CONTAINER_ID_ENV
 
-__all__ = ["Launcher", "LocalLauncher"]
-
-
-class Launcher(Protocol):
-    """Starts and stops containers (local processes by default).
-
-    The handle that :meth:`launch` returns is an opaque string: a PID for a
-    local process, a pod's UID, a namespace's name. The coordinator never
-    interprets it: it stores the handle with the container (and shows it on
-    the status page) and only passes it back, with the container's id, to
-    :meth:`alive`, :meth:`terminate` and :meth:`kill`; after a coordinator
-    restart, or on a standby that took over, to a new launcher. The only
-    signal it asks for is SIGKILL.
-
-    A launcher for another platform implements the same five calls. On
-    Kubernetes, say: :meth:`launch` creates a pod (labelled with the
-    container id, the environment given as its env) and returns its UID;
-    :meth:`alive` says whether that pod, labelled with that container id, is
-    pending or running; :meth:`terminate` deletes the pod with a grace
-    period (the kubelet sends SIGTERM to the container's main process, which
-    finishes its micro-batch in flight) longer than a lease, since the
-    coordinator kills on its own schedule; :meth:`kill` deletes it at once
-    (grace period 0); :meth:`reap` removes pods that completed. Each call
-    resolves the container from its id and the handle, so a new launcher
-    answers for containers an earlier one created, and a handle that no
-    longer names that container's is never acted on.
-    """
-
-    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
-        """Start a container; return its handle."""
-        ...
-
-    def alive(self, handle: str, container_id: str) -> bool:
-        """Whether ``handle`` still names that container, running."""
-        ...
-
-    def terminate(self, handle: str, container_id: str) -> None:
-        """Ask the container's main process to stop (SIGTERM, only if it is still that
-        container): it finishes its micro-batch in flight, stops its query and exits."""
-        ...
-
-    def kill(self, handle: str, container_id: str, sig: int) -> None:
-        """Signal every process the container started (only processes of that container),
-        even once its main process has exited."""
-        ...
-
-    def reap(self) -> None:
-        """Collect the exit status of containers that exited (no zombies); called each tick."""
-        ...
+__all__ = ["LocalLauncher", "of_container", "pid_of"]
 
 
 @dataclass
@@ -123,13 +75,13 @@ class LocalLauncher:
         between fork and exec it shows the launcher's own environment, and a
         container just launched looked as if it had exited.
         """
-        pid = _pid(handle)
+        pid = pid_of(handle)
         if pid is None:
             return False
         child = self._children.get(pid)
         if child is not None and self.launched.get(pid) == container_id:
             return child.poll() is None
-        return _of_container(pid, container_id) is not None
+        return of_container(pid, container_id) is not None
 
     def terminate(self, handle: str | int, container_id: str) -> None:
         """SIGTERM to the container's main process only, if ``pid`` is still that container.
@@ -137,7 +89,7 @@ class LocalLauncher:
         Not to its process group: its Spark driver (a JVM in the group) would
         abandon the micro-batch in flight, which the container finishes first.
         """
-        pid = _pid(handle)
+        pid = pid_of(handle)
         if pid is not None and self.alive(pid, container_id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
@@ -150,10 +102,10 @@ class LocalLauncher:
         the group is signalled after its leader exited too (what is left of
         it), and never once its id could name someone else's group.
         """
-        pid = _pid(handle)
+        pid = pid_of(handle)
         if pid is None:
             return
-        if self.alive(pid, container_id) or _group_of_container(pid, container_id):
+        if self.alive(pid, container_id) or _groupof_container(pid, container_id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
 
@@ -168,13 +120,13 @@ class LocalLauncher:
                 del self._children[pid]
 
 
-def _pid(handle: str | int) -> int | None:
+def pid_of(handle: str | int) -> int | None:
     """A local process's PID from its handle; None for a handle another launcher made."""
     text = str(handle)
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def _of_container(pid: int, container_id: str) -> int | None:
+def of_container(pid: int, container_id: str) -> int | None:
     """``pid``'s process group when it is a live (not zombie) process of that container."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
@@ -188,9 +140,9 @@ def _of_container(pid: int, container_id: str) -> int | None:
     return int(fields[2])
 
 
-def _group_of_container(group: int, container_id: str) -> bool:
+def _groupof_container(group: int, container_id: str) -> bool:
     """Whether a live process of that container is in process group ``group``."""
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _of_container(int(entry.name), container_id) == group:
+        if entry.name.isdigit() and of_container(int(entry.name), container_id) == group:
             return True
     return False
