@@ -347,3 +347,30 @@ def test_the_file_step_finder_sees_each_way_of_naming_a_step() -> None:
         "shutil.copytree",
         "shutil.rmtree",
     ]
+
+
+MAX_RUNTIME_CLASS_LINES = 500
+"""No class of the running system is longer: each concern in a room of its own."""
+
+
+def classes_longer_than(limit: int, folder: Path) -> list[str]:
+    """``module.Class (N lines)`` of every class in ``folder`` longer than ``limit`` lines."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(folder)}:{node.name} ({length} lines)")
+    return found
+
+
+def test_no_class_of_the_running_system_is_over_500_lines() -> None:
+    assert classes_longer_than(MAX_RUNTIME_CLASS_LINES, PACKAGE / "runtime") == []
+
+
+def test_the_class_length_rule_finds_a_long_class(tmp_path: Path) -> None:
+    methods = "".join(f"    def m{i}(self) -> int:\n        return {i}\n\n" for i in range(200))
+    (tmp_path / "long.py").write_text(f"class Long:\n{methods}")
+    long_ones = classes_longer_than(MAX_RUNTIME_CLASS_LINES, tmp_path)
+    assert [entry.rsplit(":", 1)[1] for entry in long_ones] == ["Long (600 lines)"]
