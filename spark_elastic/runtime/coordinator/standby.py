@@ -47,10 +47,11 @@ class Standby:
         This coordinator's URL (containers are sent to the leader's).
     sock
         This coordinator's bound socket; the standby serves on a copy of it,
-        so the leader's server takes its queue over without a gap.
+        so the leader's server takes its queue over without a gap. None for
+        one that only claims (:meth:`try_to_lead`), serving nothing.
     """
 
-    def __init__(self, store: Store, url: str, sock: socket.socket) -> None:
+    def __init__(self, store: Store, url: str, sock: socket.socket | None = None) -> None:
         if store.lease_s is None:
             raise StoreOwnedError(f"--store: {store.location} cannot be shared by a standby")
         self.store = store
@@ -94,6 +95,8 @@ class Standby:
 
     async def wait(self, stop: asyncio.Event) -> bool:
         """Serve 409s until this coordinator leads (True) or ``stop`` is set (False)."""
+        if self._sock is None:
+            raise ValueError("a standby without a socket serves nothing")
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._answer)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -230,6 +230,19 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
             return  # a failed job: nothing is launched or moved until `job run` resumes it
         if not self.leadership.may_act():
             return  # not surely leading, or a new leader waiting out its predecessor's leases
+        try:
+            self._act()
+        except StoreFencedError:
+            raise
+        except StoreError as exc:
+            if self.store.lease_s is None:
+                raise  # a SQLite store that fails is the coordinator's end, as before
+            # A shared store out of reach mid-tick: each step writes before it changes what
+            # this coordinator holds, so the next tick (after a renewal) takes it up again.
+            self.leadership.store_failed(exc)
+
+    def _act(self) -> None:
+        """The tick's decisions: failovers, moves, growth, launches, the autoscaler."""
         now = self.clock()
         for container_id in sorted(self._live):
             reason = self._expired(container_id, now)

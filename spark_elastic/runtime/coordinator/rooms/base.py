@@ -250,11 +250,15 @@ class SupervisorBase:
             JOB_ENV: self.shape.spec,
         }
         handle = self.processes.launch(record.id, env)
-        with self.store.transaction() as db:
-            self.store.update_container(db, record.id, handle=handle, launched_at=time.time())
-            self.store.add_event(
-                db, "launch", record.id, f"{shown_handle(handle)}, generation {record.generation}"
-            )
+        launched = f"{shown_handle(handle)}, generation {record.generation}"
+        try:
+            with self.store.transaction() as db:
+                self.store.update_container(db, record.id, handle=handle, launched_at=time.time())
+                self.store.add_event(db, "launch", record.id, launched)
+        except BaseException:
+            # Unrecorded, it would be launched again beside itself: it goes (it holds no lease).
+            self.processes.kill(handle, record.id)
+            raise
         self.set_record(record.id, handle=handle, launched_at=time.time())
         self._live[record.id] = LiveLease(self.clock(), False, launched_at=self.clock())
 
