@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import run_cli
 from kafka_jvm import free_port
 from standins import HERE, call, wait_until
 
@@ -106,6 +107,16 @@ def test_a_standby_leads_the_same_containers_once_its_leader_is_killed(coordinat
         lambda: (c := call(f"{a_url}/status.json")[1]["coordinator"])["standbys"] and c,
     )
     assert (leader["url"], leader["epoch"], leader["standbys"][0]["url"]) == (a_url, 1, b_url)
+    # Where the operator looks: `job status` of the leader names the standby; of the
+    # standby, in one line, the leader.
+    shown = run_cli("job", "status", a_url)
+    assert shown.returncode == 0, shown.stderr
+    assert f"Coordinator {a_url} leads since" in shown.stdout
+    assert f"standing by: {b_url} (host " in shown.stdout
+    asked = run_cli("job", "status", b_url)
+    assert asked.returncode == 2
+    assert f"this coordinator ({b_url}) stands by; the job is led by {a_url}" in asked.stderr
+    assert len(asked.stderr.strip().splitlines()) == 1
 
     # The leader dies with its host's process table; its containers live on elsewhere.
     a.send_signal(signal.SIGKILL)
