@@ -16,6 +16,7 @@ job whose coordinator runs is refused in one line naming that coordinator;
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from spark_elastic.errors import ArgumentError
 if TYPE_CHECKING:
     from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
     from spark_elastic.runtime.coordinator.input_process import InputProcess
+    from spark_elastic.runtime.coordinator.launchers import Launcher
     from spark_elastic.runtime.inputs import JobInput
     from spark_elastic.runtime.job import Job
 
@@ -78,6 +80,15 @@ def _http_url(text: str) -> str:
     if not text.startswith(("http://", "https://")) or "," in text:
         raise argparse.ArgumentTypeError(f"expected a coordinator's http:// URL, found {text!r}")
     return text.rstrip("/")
+
+
+def _bridge(text: str) -> tuple[str, str]:
+    name, sep, network = text.partition("=")
+    if not sep or not name or not network:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=CIDR like se0=10.77.0.0/24, found {text!r}"
+        )
+    return name, network
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -142,6 +153,28 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="where the containers' logs go (default: <checkpoint root>/logs, or beside a "
         "SQLite store; required when neither is on the local disk)",
+    )
+    run.add_argument(
+        "--launcher",
+        choices=("local", "namespaces"),
+        default="local",
+        help="where containers run: local processes (the default), or each a host of its own "
+        "on this machine (Linux namespaces on a bridge; root; for trying a job across hosts)",
+    )
+    run.add_argument(
+        "--bridge",
+        type=_bridge,
+        default=("se0", "10.77.0.0/24"),
+        metavar="NAME=CIDR",
+        help="--launcher namespaces: the bridge the containers join, made if missing "
+        "(se0=10.77.0.0/24); the coordinator listens on its first address (--host)",
+    )
+    run.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="--launcher namespaces: a directory not mounted in the containers (repeatable)",
     )
     run.add_argument("--master", help="Spark master URL for the containers (default: local[2])")
     run.add_argument(
@@ -389,7 +422,6 @@ def _watch(job_input: JobInput) -> _InputWatch | InputProcess:
 
 
 def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProcess) -> int:
-    from spark_elastic.runtime.coordinator.launchers import LocalLauncher
     from spark_elastic.runtime.coordinator.server import (
         CoordinatorServer,
         bind,
@@ -452,6 +484,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         logs = Path(root) / "logs"
     else:
         logs = Path(location).parent / "logs"
+    launcher = _launcher(args, logs)  # refused before anything binds or is written
     sock = bind(args.host, args.port)
     try:
         store = open_store(location, store_lease_s)
@@ -491,7 +524,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         return Supervisor(
             shape,
             store,
-            LocalLauncher(logs),
+            launcher,
             url,
             args.containers,
             terms,
@@ -545,6 +578,43 @@ def _autoscaler_options(args: argparse.Namespace, task_count: int) -> Autoscaler
     names = {key: option for key, (option, _) in _AUTOSCALE_OPTIONS.items()}
     return AutoscalerConfig().updated(
         {**given, "enabled": args.autoscale}, task_count=task_count, names=names
+    )
+
+
+def _launcher(args: argparse.Namespace, logs: Path) -> Launcher:
+    """The launcher ``job run`` asked for: local processes, or namespaces on a bridge."""
+    from spark_elastic.runtime.coordinator.launchers import LocalLauncher
+
+    if args.launcher == "local":
+        return LocalLauncher(logs)
+    from spark_elastic.runtime.coordinator.launchers.namespaces import (
+        Bridge,
+        NamespaceError,
+        NamespaceLauncher,
+    )
+
+    if os.geteuid() != 0:
+        raise ArgumentError.invalid("--launcher", "root for namespaces", f"uid {os.geteuid()}")
+    name, network = args.bridge
+    try:
+        gateway = str(ipaddress.IPv4Network(network).network_address + 1)
+    except ValueError:
+        raise ArgumentError.invalid(
+            "--bridge", "NAME=CIDR like se0=10.77.0.0/24", network
+        ) from None
+    if args.host != gateway:
+        raise ArgumentError.invalid(
+            "--host",
+            f"the bridge's address {gateway} with --launcher namespaces (containers reach the "
+            "coordinator over it)",
+            args.host,
+        )
+    try:
+        bridge = Bridge.create(name, network)
+    except NamespaceError as exc:
+        raise ArgumentError.invalid("--bridge", "a bridge this host can make", str(exc)) from None
+    return NamespaceLauncher(
+        bridge, logs, prefix=name[:8], hidden=tuple(Path(d) for d in args.hide)
     )
 
 

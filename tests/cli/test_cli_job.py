@@ -183,3 +183,21 @@ def test_another_jobs_store_is_refused_in_one_line_before_anything_is_written(
     with psycopg.connect(pg_url) as db:
         assert db.execute("SELECT count(*) FROM leader").fetchone() == (0,)
         assert db.execute("SELECT key FROM meta").fetchall() == [("job",)]
+
+
+def test_namespaces_need_the_coordinator_on_their_bridge_and_nothing_is_made_otherwise(
+    tmp_path: Path,
+) -> None:
+    EmbeddedLog(tmp_path / "log").create_topic("clicks", 2)
+    command = [sys.executable, "-m", "spark_elastic", "job", "run", JOB, "--port", "0"]
+    result = subprocess.run(
+        [*command, "--launcher", "namespaces", "--bridge", "sebrcli=10.78.251.0/24"],
+        env={**os.environ, "CLICKS_ROOT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    one_line_error(result, "--host: expected the bridge's address 10.78.251.1", "127.0.0.1")
+    assert not Path("/sys/class/net/sebrcli").exists()
+    assert not (tmp_path / "checkpoints").exists()

@@ -43,12 +43,13 @@ from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms
 from spark_elastic.runtime.protocol import Registration
 
-SEEDS = [1, 2, 3, 4]
-"""Fixed seeds (failing seeds found by the random one go here, each a spec)."""
+SEEDS = [1, 2, pytest.param(3, marks=pytest.mark.long), pytest.param(4, marks=pytest.mark.long)]
+"""Fixed seeds (failing seeds found by the random one go here, each a spec); ``make test``
+runs the first two and a fresh one, ``make test-all`` all."""
 
 STORE_LEASE_S = 0.6
 TERMS = LeaseTerms(lease_s=0.25, margin_s=0.1, write_budget_s=0.05)
-STEPS = 60
+STEPS = 45
 
 
 @dataclass

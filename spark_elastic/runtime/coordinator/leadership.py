@@ -102,13 +102,15 @@ class Leadership:
         self.since = time.time()
         self._clock = clock
         self.margin_s = margin_s
-        self._renewed_at = clock()
+        self._tried_at = clock()
         self.store_error = ""
         lease = store.lease_s
         self._acts_from = clock() + lease + margin_s if took_over and lease is not None else 0.0
 
     def renew_if_due(self) -> None:
-        """Renew the store's lease when a :data:`RENEWALS_PER_LEASE`-th of it has passed.
+        """Renew the store's lease when a :data:`RENEWALS_PER_LEASE`-th of it has passed since
+        the last try, successful or not: a store out of reach is tried again at that pace,
+        not at every tick (each try may wait for its connection's timeout).
 
         Raises
         ------
@@ -117,9 +119,9 @@ class Leadership:
         """
         lease = self.store.lease_s
         now = self._clock()
-        due = self._renewed_at + lease / RENEWALS_PER_LEASE if lease is not None else 0.0
-        if lease is None or (now < due and not self.store_error):
-            return  # a failed renewal is tried again at every tick
+        if lease is None or now < self._tried_at + lease / RENEWALS_PER_LEASE:
+            return
+        self._tried_at = now
         try:
             self.store.renew()
         except StoreFencedError:
@@ -128,10 +130,10 @@ class Leadership:
             # Out of reach for now: the hold runs down, and with it what may be granted.
             self.store_error = str(exc)
             return
-        self._renewed_at, self.store_error = now, ""
+        self.store_error = ""
 
     def store_failed(self, error: StoreError) -> None:
-        """The store failed a call: shown until a renewal succeeds, which is tried at once."""
+        """The store failed a call: shown (and nothing decided) until a renewal succeeds."""
         self.store_error = str(error)
 
     def grant(self, lease_s: float) -> float:

@@ -45,6 +45,9 @@ __all__ = ["Bridge", "NamespaceError", "NamespaceLauncher"]
 IP_TIMEOUT_S = 10.0
 """The longest one ``ip`` call may take."""
 
+KILL_WAIT_S = 1.0
+"""How long a SIGKILL is given to end a container before its namespace is looked at."""
+
 
 class NamespaceError(SparkElasticError):
     """An ``ip`` call the namespace launcher needs failed (not root, say); one line why."""
@@ -212,7 +215,7 @@ class NamespaceLauncher:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             with (self.log_dir / f"{container_id}.log").open("ab") as log:
                 process = subprocess.Popen(
-                    ["ip", "netns", "exec", handle, *self._inside(container_id)],
+                    ["ip", "netns", "exec", handle, *self._inside(container_id, address)],
                     # Spark's driver binds and names itself by this host's address.
                     env={
                         **os.environ,
@@ -246,7 +249,16 @@ class NamespaceLauncher:
         self._last = free
         return free
 
-    def _inside(self, container_id: str) -> list[str]:
+    def _files_of(self, container_id: str, address: str) -> Path:
+        """The container's own ``hosts`` and (empty) ``resolv.conf``, beside its log."""
+        folder = self.log_dir / f"{container_id}.etc"
+        folder.mkdir(parents=True, exist_ok=True)
+        hosts = f"127.0.0.1 localhost\n{address} {container_id[:63]}\n"
+        (folder / "hosts").write_text(hosts)
+        (folder / "resolv.conf").write_text("")
+        return folder
+
+    def _inside(self, container_id: str, address: str) -> list[str]:
         """The command that makes the container's mount, UTS and PID namespaces and runs it.
 
         ``unshare --kill-child`` ends the container with it if it is killed.
@@ -254,7 +266,15 @@ class NamespaceLauncher:
         covers = "".join(
             f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(d))}; " for d in self.hidden
         )
-        script = f'set -e; {covers}hostname {shlex.quote(container_id[:63])}; exec "$@"'
+        # Its own name resolves to its own address, and nothing waits for a name server the
+        # bridge cannot reach (the JVM looks its host name up as it starts).
+        name = shlex.quote(container_id[:63])
+        files = shlex.quote(str(self._files_of(container_id, address)))
+        script = (  # the files first: a hidden directory may hold them
+            f"set -e; mount --bind {files}/hosts /etc/hosts; "
+            f"mount --bind {files}/resolv.conf /etc/resolv.conf; {covers}hostname {name}; "
+            'exec "$@"'
+        )
         return [
             *("unshare", "--mount", "--uts", "--pid", "--fork", "--mount-proc"),
             *("--kill-child=SIGTERM", "sh", "-c", script, "sh", *self.command),
@@ -310,6 +330,12 @@ class NamespaceLauncher:
         for pid in self.pids(handle, container_id):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
+        child = self._children.get(handle)
+        if sig == signal.SIGKILL and child is not None:
+            # Its namespace goes with it now, not at a tick: a job's stop kills last.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(KILL_WAIT_S)
+            self.reap()
 
     def reap(self) -> None:
         """Collect exited containers and remove their namespaces (and their links)."""

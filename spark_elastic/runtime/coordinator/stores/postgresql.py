@@ -55,8 +55,10 @@ CREATE TABLE IF NOT EXISTS standbys (
 _CLAIMS_LOCK = 0x5E1A571C
 """The advisory lock that orders claims (the leader row may not exist yet to lock)."""
 
-CALL_TIMEOUT_S = 10
-"""The longest any statement (or a wait for a lock) may take before it fails."""
+CALL_TIMEOUT_S = 3
+"""The longest a connection, a statement or a wait for a lock may take before it fails:
+store calls run on the coordinator's event loop, so this bounds how long a store out of
+reach holds the heartbeats."""
 
 
 def redacted(url: str) -> str:
