@@ -102,7 +102,8 @@ def test_a_container_is_a_host_of_its_own_reaching_its_coordinator_over_the_brid
         assert pid, f"no process of {container_id} in {handle}"
         assert inside(pid, "hostname") == container_id
         # Its name is its own address (a JVM looks it up as it starts; no name server waits).
-        assert inside(pid, "getent", "hosts", container_id).split()[0] == launcher.address_of(handle)
+        resolved = inside(pid, "getent", "hosts", container_id).split()
+        assert resolved[:1] == [launcher.address_of(handle)]
         assert inside(pid, "ls", "-A", str(tmp_path)) == ""  # the job's directory: not there
         addresses = inside(pid, "ip", "-4", "-o", "addr", "show", "dev", "eth0")
         assert launcher.address_of(handle) in addresses
