@@ -510,12 +510,13 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
             sys.stdout.flush()
 
         try:
-            leads = lead_or_stand_by(store, url, sock, standing_by)
+            declined = lead_or_stand_by(store, url, sock, standing_by)
         except BaseException:
             sock.close()
             store.close()
             raise
-        if not leads:
+        if declined:
+            print(declined)
             sock.close()
             store.close()
             return 0

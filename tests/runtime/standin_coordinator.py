@@ -32,9 +32,11 @@ def main(argv: list[str]) -> int:
     store = open_store(location, float(os.environ.get("STANDIN_STORE_LEASE_S", "3")))
     sock = bind("127.0.0.1", port)
     url = url_of(sock)
-    if not lead_or_stand_by(
+    declined = lead_or_stand_by(
         store, url, sock, lambda leader: print(f"standby: {url}/ (led by {leader})", flush=True)
-    ):
+    )
+    if declined:
+        print(declined, flush=True)
         return 0
     launcher = LocalLauncher(root / "logs", [sys.executable, str(HERE / "standin_container.py")])
     server = CoordinatorServer(

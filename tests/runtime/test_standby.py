@@ -140,3 +140,21 @@ def test_a_standby_leads_the_same_containers_once_its_leader_is_killed(coordinat
     assert ids(b_url) == running
     assert [e["kind"] for e in after["events"]].count("launch") == 2
     assert after["counters"].get("failovers", 0) == 0
+
+
+def test_a_standby_leaves_a_job_its_leader_stopped_stopped(coordinators: Any) -> None:
+    port_a, port_b = free_port(), free_port()
+    a_url, b_url = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+    a = coordinators(port_a, port_b)
+    assert line_from(a) == f"status: {a_url}/"
+    wait_until("two containers under the leader", lambda: len(ids(a_url)) == 2)
+    coordinators.seen(a_url)
+    b = coordinators(port_b, port_a)
+    assert line_from(b).startswith(f"standby: {b_url}/")
+
+    # The operator stops the job at its leader (Ctrl-C): its containers stop, it gives the
+    # store up at once, and the standby, which may lead now, does not start the job again.
+    a.send_signal(signal.SIGINT)
+    assert a.wait(60) == 0
+    assert line_from(b) == "the job is stopped: this standby leaves it so (job run resumes it)"
+    assert b.wait(30) == 0

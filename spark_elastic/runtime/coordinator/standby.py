@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import socket
 import time
@@ -131,7 +132,7 @@ class Standby:
 
 def lead_or_stand_by(
     store: Store, url: str, sock: socket.socket, on_standby: Callable[[str | None], None]
-) -> bool:
+) -> str:
     """Claim the store for the coordinator at ``url``, standing by first if another leads.
 
     Parameters
@@ -147,8 +148,11 @@ def lead_or_stand_by(
 
     Returns
     -------
-    bool
-        True once it leads; False if it was stopped while standing by.
+    str
+        ``""`` once it leads; else why it does not, in one line: it was stopped
+        while standing by, or the leader it stood by for stopped the job (or
+        the job failed): a standby takes a running job over, it does not start
+        one again (``job run`` does; the store is released for it).
 
     Raises
     ------
@@ -161,10 +165,16 @@ def lead_or_stand_by(
         if store.lease_s is None:
             raise
     else:
-        return True
+        return ""
     standby = Standby(store, url, sock)
     standby.try_to_lead()  # names the leader (or leads already, if its lease just ran out)
     if store.epoch is not None:
-        return True
+        return ""  # the leader's lease had just run out: no standing by
     on_standby(standby.leader)
-    return standby.run_until_leading()
+    if not standby.run_until_leading():
+        return "stopped while standing by"
+    state = json.loads(store.meta("jobState") or "{}").get("state", "running")
+    if state != "running":
+        store.release()
+        return f"the job is {state}: this standby leaves it so (job run resumes it)"
+    return ""
