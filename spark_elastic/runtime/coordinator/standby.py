@@ -82,10 +82,14 @@ class Standby:
         try:
             self.store.claim(self.url)
         except StoreOwnedError:
-            owner = self.store.owner()
-            self.leader = None if owner is None else str(owner["url"])
-            self.store.stand_by(self.url)
-            self.error = ""
+            try:
+                owner = self.store.owner()
+                self.leader = None if owner is None else str(owner["url"])
+                self.store.stand_by(self.url)
+            except StoreError as exc:  # gone out of reach since the claim's answer
+                self.error = str(exc)
+            else:
+                self.error = ""
             return False
         except StoreError as exc:  # out of reach for now: try again at the next poll
             self.error = str(exc)

@@ -115,7 +115,7 @@ class Bridge:
         bridge = cls(name, net)
         if not Path(f"/sys/class/net/{name}").exists():
             ip("link", "add", name, "type", "bridge")
-        if bridge.gateway not in ip("-4", "addr", "show", "dev", name):
+        if f"inet {bridge.gateway}/" not in ip("-4", "addr", "show", "dev", name):
             ip("addr", "add", f"{bridge.gateway}/{net.prefixlen}", "dev", name)
         ip("link", "set", name, "up")
         return bridge
