@@ -707,7 +707,7 @@ def _autoscale(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from spark_elastic.runtime.coordinator.server import coordinator_line
+    from spark_elastic.runtime.coordinator.status import coordinator_line
 
     status = _call(args.url, "/status.json", args.token)
     if args.json:

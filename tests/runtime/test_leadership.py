@@ -22,7 +22,7 @@ from standins import Clock
 
 from conftest import FAKE_TASKS, FAKE_TERMS, FakeLauncher
 from spark_elastic.errors import StoreFencedError, StoreOwnedError
-from spark_elastic.runtime.coordinator.server import coordinator_line
+from spark_elastic.runtime.coordinator.status import coordinator_line
 from spark_elastic.runtime.coordinator.stores.postgresql import PostgreSQLStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
 from spark_elastic.runtime.lease import LeaseTerms

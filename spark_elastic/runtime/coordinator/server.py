@@ -56,6 +56,7 @@ from spark_elastic.errors import (
     StoreFencedError,
 )
 from spark_elastic.runtime.coordinator.input_health import CHECK, GROUP
+from spark_elastic.runtime.coordinator.status import coordinator_line
 from spark_elastic.runtime.coordinator.supervisor import Supervisor
 from spark_elastic.runtime.protocol import (
     FailureReport,
@@ -203,32 +204,6 @@ def _input_line(health: dict[str, Any]) -> str:
             f"(last: {e(health['clientLastDeath'])})."
         )
     return line + "</p>"
-
-
-def coordinator_line(coordinator: dict[str, Any]) -> str:
-    """Which coordinator leads, on which store, since when; a store it cannot renew, loudly.
-
-    Plain text (the status page escapes it, ``job status`` prints it)."""
-    since = time.strftime("%H:%M:%S", time.localtime(coordinator["leadsSince"]))
-    line = (
-        f"Coordinator {coordinator['url']} leads since {since} (epoch {coordinator['epoch']}, "
-        f"store {coordinator['store']})"
-    )
-    if coordinator["heldForS"] is not None:
-        line += f", holding the store {coordinator['heldForS']:g} s more"
-    if coordinator["waitsS"]:
-        line += (
-            f"; it took over and waits {coordinator['waitsS']:g} s more before it fails over "
-            "or moves anything"
-        )
-    if coordinator["storeError"]:
-        line += f"; its store fails: {coordinator['storeError']}"
-    standbys = coordinator["standbys"]
-    if standbys:
-        line += "; standing by: " + ", ".join(f"{s['url']} (host {s['host']})" for s in standbys)
-    elif coordinator["heldForS"] is not None:
-        line += "; no standby"
-    return line + "."
 
 
 def _autoscaler_line(autoscaler: dict[str, Any]) -> str:

@@ -25,7 +25,6 @@ import contextlib
 import json
 import signal
 import socket
-import time
 from collections.abc import Callable
 
 from aiohttp import web
@@ -61,7 +60,6 @@ class Standby:
         self.poll_s = store.lease_s / RENEWALS_PER_LEASE
         self.leader: str | None = None
         self.error = ""
-        self.since = time.time()
 
     async def _answer(self, request: web.Request) -> web.Response:
         del request

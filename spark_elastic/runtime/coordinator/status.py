@@ -16,6 +16,7 @@ standard library. Never :mod:`.supervisor`: it calls in here.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -515,6 +516,32 @@ def coordinator_status(
         "waitsS": leadership.waits_s,
         "storeError": leadership.store_error,
     }
+
+
+def coordinator_line(coordinator: dict[str, Any]) -> str:
+    """Which coordinator leads, on which store, since when; a store it cannot renew, loudly.
+
+    Plain text (the status page escapes it, ``job status`` prints it)."""
+    since = time.strftime("%H:%M:%S", time.localtime(coordinator["leadsSince"]))
+    line = (
+        f"Coordinator {coordinator['url']} leads since {since} (epoch {coordinator['epoch']}, "
+        f"store {coordinator['store']})"
+    )
+    if coordinator["heldForS"] is not None:
+        line += f", holding the store {coordinator['heldForS']:g} s more"
+    if coordinator["waitsS"]:
+        line += (
+            f"; it took over and waits {coordinator['waitsS']:g} s more before it fails over "
+            "or moves anything"
+        )
+    if coordinator["storeError"]:
+        line += f"; its store fails: {coordinator['storeError']}"
+    standbys = coordinator["standbys"]
+    if standbys:
+        line += "; standing by: " + ", ".join(f"{s['url']} (host {s['host']})" for s in standbys)
+    elif coordinator["heldForS"] is not None:
+        line += "; no standby"
+    return line + "."
 
 
 def status_json(status: Mapping[str, Any]) -> str:

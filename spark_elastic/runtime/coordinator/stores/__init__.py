@@ -72,16 +72,12 @@ def refuse_if_owned(location: str | os.PathLike[str], lease_s: float = 15.0) -> 
     if not is_networked(location):
         SQLiteStore.refuse_if_owned(location)
         return
+    from spark_elastic.runtime.coordinator.stores.postgresql import owned
+
     store = open_store(location, lease_s)
     try:
         owner = store.owner()
         if owner is not None and owner["live"]:
-            from spark_elastic.errors import StoreOwnedError
-
-            raise StoreOwnedError(
-                f"--store: {store.location} is led by the coordinator at {owner['url']} (host "
-                f"{owner['host']}, pid {owner['pid']}, epoch {owner['epoch']}); one leader per "
-                "job: stop that one first"
-            )
+            raise owned(store.location, owner)
     finally:
         store.close()

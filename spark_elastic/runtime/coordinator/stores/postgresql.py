@@ -40,7 +40,7 @@ from typing import Any
 from spark_elastic.errors import StoreError, StoreFencedError, StoreOwnedError
 from spark_elastic.runtime.coordinator.stores.base import SCHEMA, Store, error_line
 
-__all__ = ["PostgreSQLStore", "redacted"]
+__all__ = ["PostgreSQLStore", "owned", "redacted"]
 
 _LEADER = """
 CREATE TABLE IF NOT EXISTS leader (
@@ -59,6 +59,36 @@ CALL_TIMEOUT_S = 3
 """The longest a connection, a statement or a wait for a lock may take before it fails:
 store calls run on the coordinator's event loop, so this bounds how long a store out of
 reach holds the heartbeats."""
+
+
+_LEADER_ROW = (
+    "SELECT url, host, pid, epoch, since, lease_until > now(),"
+    " extract(epoch FROM lease_until - now()) FROM leader WHERE id = 1"
+)
+"""The leader's row, with whether its lease is live and how long it runs (the database's now)."""
+
+
+def _owner(row: Sequence[Any]) -> dict[str, Any]:
+    url, host, pid, epoch, since, live, left = row
+    return {
+        "url": url,
+        "host": host,
+        "pid": pid,
+        "epoch": epoch,
+        "since": since,
+        "live": live,
+        "leftS": float(left),
+    }
+
+
+def owned(location: str, owner: dict[str, Any]) -> StoreOwnedError:
+    """The refusal of a coordinator while ``owner`` (:meth:`PostgreSQLStore.owner`) leads."""
+    return StoreOwnedError(
+        f"--store: {location} is led by the coordinator at {owner['url']} (host "
+        f"{owner['host']}, pid {owner['pid']}, epoch {owner['epoch']}), whose lease runs "
+        f"{owner['leftS']:.1f} s more unless renewed; one leader per job: stop that one first, "
+        "or stand by"
+    )
 
 
 def redacted(url: str) -> str:
@@ -169,17 +199,9 @@ class PostgreSQLStore(Store):
         sent = self._clock()
         with self._translated(), self._begin() as db:
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIMS_LOCK,))
-            row = db.execute(
-                "SELECT epoch, url, host, pid, lease_until > now(),"
-                " extract(epoch FROM lease_until - now()) FROM leader WHERE id = 1 FOR UPDATE"
-            ).fetchone()
-            if row is not None and row[4]:
-                raise StoreOwnedError(
-                    f"--store: {self.location} is led by the coordinator at {row[1]} (host "
-                    f"{row[2]}, pid {row[3]}, epoch {row[0]}), whose lease runs "
-                    f"{float(row[5]):.1f} s more unless renewed; one leader per job: stop that "
-                    "one first, or stand by"
-                )
+            row = db.execute(f"{_LEADER_ROW} FOR UPDATE").fetchone()
+            if row is not None and row[5]:
+                raise owned(self.location, _owner(row))
             epoch = self._next_epoch(db)
             db.execute(
                 "INSERT INTO leader (id, epoch, url, host, pid, since, lease_until)"
@@ -251,15 +273,10 @@ class PostgreSQLStore(Store):
             self._connection().execute("DELETE FROM standbys WHERE url = %s", (url,))
 
     def owner(self) -> dict[str, Any] | None:
-        """The leader as it wrote itself (url, host, pid, epoch, since) and whether its lease
-        is live, or None if no coordinator ever led."""
-        rows = self._rows(
-            "SELECT url, host, pid, epoch, since, lease_until > now() FROM leader WHERE id = 1"
-        )
-        if not rows:
-            return None
-        url, host, pid, epoch, since, live = rows[0]
-        return {"url": url, "host": host, "pid": pid, "epoch": epoch, "since": since, "live": live}
+        """The leader as it wrote itself (url, host, pid, epoch, since), whether its lease is
+        live and how long it runs (leftS), or None if no coordinator ever led."""
+        rows = self._rows(_LEADER_ROW)
+        return _owner(rows[0]) if rows else None
 
     def release(self) -> None:
         """End this coordinator's lease now, so a standby need not wait for it."""
