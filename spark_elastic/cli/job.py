@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ArgumentError
+from spark_elastic.runtime.coordinator.history import WINDOWS_S, summary_lines
 
 if TYPE_CHECKING:
     from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
@@ -319,6 +320,14 @@ def register(subparsers: Any) -> None:
         "url", metavar="URL", help="the coordinator's URL, e.g. http://127.0.0.1:8470"
     )
     status.add_argument("--json", action="store_true", help="everything, as JSON")
+    status.add_argument(
+        "--history",
+        type=int,
+        choices=WINDOWS_S,
+        metavar="SECONDS",
+        help="also the last SECONDS (300 or 1800) of rates, lag, batch times and changes "
+        "(with --json: as the status page charts them)",
+    )
     status.add_argument("--token", help="bearer token, if the coordinator requires one")
     status.set_defaults(run=_status)
     scale = commands.add_parser(
@@ -710,8 +719,12 @@ def _status(args: argparse.Namespace) -> int:
     from spark_elastic.runtime.coordinator.status import coordinator_line
 
     status = _call(args.url, "/status.json", args.token)
+    history = None
+    if args.history is not None:
+        history = _call(args.url, f"/history.json?window={args.history}", args.token)
     if args.json:
-        print(json.dumps(status, indent=2, sort_keys=True))
+        shown = status | {"history": history} if history else status
+        print(json.dumps(shown, indent=2, sort_keys=True))
         return 0
     state = status["jobState"]
     print(
@@ -760,5 +773,7 @@ def _status(args: argparse.Namespace) -> int:
         )
     if status.get("recordsEnforced") is not None:
         print(f"  records processed without waiting (enforced): {status['recordsEnforced']}")
+    for line in summary_lines(history) if history else ():
+        print(f"  {line}")
     sys.stdout.flush()
     return 0

@@ -531,6 +531,9 @@ class ProgressReport:
         Records its time-ordered tasks processed in the batch without waiting
         for another of their partitions to catch up in time (Kafka Streams'
         ``enforced-processing``); 0 for other jobs.
+    batch_duration_ms
+        How long the batch took, from its trigger to its commit (Spark's
+        ``durationMs.triggerExecution``), or -1 when not said.
     """
 
     container_id: str
@@ -540,9 +543,11 @@ class ProgressReport:
     records_processed: int
     tasks: tuple[TaskProgress, ...] = field(default=())
     records_enforced: int = 0
+    batch_duration_ms: int = -1
 
     _KEYS: ClassVar[frozenset[str]] = frozenset(
         {
+            "batchDurationMs",
             "containerId",
             "generation",
             "batchId",
@@ -563,6 +568,8 @@ class ProgressReport:
             "recordsProcessed": self.records_processed,
             "tasks": [t.to_json() for t in self.tasks],
             "recordsEnforced": self.records_enforced,
+            # Not said (-1): left out, as a container of an earlier version leaves it.
+            **({"batchDurationMs": self.batch_duration_ms} if self.batch_duration_ms >= 0 else {}),
         }
 
     @classmethod
@@ -572,13 +579,16 @@ class ProgressReport:
         tasks = _field(doc, "tasks", list, where) if "tasks" in doc else []
         return cls(
             validate_container_id(_field(doc, "containerId", str, where)),
-            _non_negative(_field(doc, "generation", int, where), where),
-            _non_negative(_field(doc, "batchId", int, where), where),
-            _non_negative(_field(doc, "recordsRead", int, where), where),
-            _non_negative(_field(doc, "recordsProcessed", int, where), where),
+            _non_negative(_field(doc, "generation", int, where), f"{where}.generation"),
+            _non_negative(_field(doc, "batchId", int, where), f"{where}.batchId"),
+            _non_negative(_field(doc, "recordsRead", int, where), f"{where}.recordsRead"),
+            _non_negative(_field(doc, "recordsProcessed", int, where), f"{where}.recordsProcessed"),
             tuple(TaskProgress.from_json(t, f"{where}.tasks[{i}]") for i, t in enumerate(tasks)),
             # Optional: a container of an earlier version does not send it.
-            _non_negative(_field(doc, "recordsEnforced", int, where), where)
+            _non_negative(_field(doc, "recordsEnforced", int, where), f"{where}.recordsEnforced")
             if "recordsEnforced" in doc
             else 0,
+            _non_negative(_field(doc, "batchDurationMs", int, where), f"{where}.batchDurationMs")
+            if "batchDurationMs" in doc
+            else -1,
         )

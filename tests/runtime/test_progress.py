@@ -75,3 +75,20 @@ def test_a_commit_is_reported_with_its_lag_unknown_while_the_broker_is_away() ->
         ("Partition 0", {"clicks": {0: 40}}, -1),
         ("Partition 1", {"clicks": {1: 35}}, -1),
     ]
+
+
+def test_a_report_says_how_long_its_batch_took_as_spark_measured_it() -> None:
+    plan = plan_job(["kafka.clicks:2"], elasticity_factor=1)
+    mine = ContainerModel("clicks-c1", tuple(plan.task_names()), 1, "/cp")
+    progress = {
+        "batchId": 7,
+        "durationMs": {"triggerExecution": 812, "addBatch": 640},
+        "sources": [{"endOffset": {"clicks": {"0": 40, "1": 35}}}],
+    }
+    report = build_report(_Job(_BrokerAway()), plan, mine, progress)  # type: ignore[arg-type]
+    assert report.batch_duration_ms == 812
+    assert report.to_json()["batchDurationMs"] == 812
+    del progress["durationMs"]
+    unsaid = build_report(_Job(_BrokerAway()), plan, mine, progress)  # type: ignore[arg-type]
+    assert unsaid.batch_duration_ms == -1
+    assert "batchDurationMs" not in unsaid.to_json()  # as a container of an earlier version

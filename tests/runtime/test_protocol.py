@@ -127,6 +127,10 @@ def test_registration_and_progress_round_trip() -> None:
     assert ProgressReport.from_json(earlier).records_enforced == 0
     with pytest.raises(ProtocolError, match="non-negative integer, found -1"):
         ProgressReport.from_json({**report.to_json(), "recordsEnforced": -1})
+    timed = ProgressReport("clicks-c1", 1, 12, 100, 50, batch_duration_ms=640)
+    assert ProgressReport.from_json(timed.to_json()) == timed
+    with pytest.raises(ProtocolError, match="batchDurationMs.*non-negative integer, found -5"):
+        ProgressReport.from_json({**timed.to_json(), "batchDurationMs": -5})
 
 
 def test_progress_offsets_must_be_numbers() -> None:

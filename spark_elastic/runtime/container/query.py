@@ -430,7 +430,15 @@ def build_report(
         processed,
         tuple(tasks),
         enforced,
+        _duration_ms(progress),
     )
+
+
+def _duration_ms(progress: Mapping[str, Any]) -> int:
+    """The batch's time from its trigger to its commit, or -1 when Spark did not say."""
+    value = progress.get("durationMs", {})
+    took = value.get("triggerExecution") if isinstance(value, Mapping) else None
+    return int(took) if isinstance(took, int | float) and took >= 0 else -1
 
 
 def _stop_within(query: StreamingQuery, limit_s: float) -> None:

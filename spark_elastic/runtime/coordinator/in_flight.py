@@ -20,8 +20,11 @@ store (``meta.change``) and runs its life around the steps that
 What it needs of the supervisor, which it never imports, is a
 :class:`FlightHost`.
 
-May import: :mod:`.changes`, :mod:`.stores`, the shared runtime modules and
-the standard library.
+Each change, and each group's warm-ups, is also a span of :mod:`.history`
+(begun and ended in the transactions that begin and end them).
+
+May import: :mod:`.changes`, :mod:`.history`, :mod:`.stores`, the shared
+runtime modules and the standard library.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from spark_elastic.runtime.coordinator.changes import (
     deadline_outcome,
     refuse_cancel,
 )
+from spark_elastic.runtime.coordinator.history import History
 from spark_elastic.runtime.coordinator.stores import ContainerRecord, Store
 from spark_elastic.runtime.protocol import JobModel
 
@@ -95,10 +99,19 @@ class InFlight:
         The coordinator's monotonic clock (the phases' deadlines run on it).
     warm_up_deadline_s
         How long a move's warm-ups may take to be ready (its warming phase).
+    history
+        Where each change and each group's warm-ups begin and end as spans.
     """
 
-    def __init__(self, store: Store, clock: Callable[[], float], warm_up_deadline_s: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float],
+        warm_up_deadline_s: float,
+        history: History,
+    ) -> None:
         self.store = store
+        self.history = history
         self.clock = clock
         self.warm_up_deadline_s = warm_up_deadline_s
         self._phase_started = clock()
@@ -119,8 +132,10 @@ class InFlight:
         """How long the change has been in its phase (the coordinator's clock)."""
         return self.clock() - self._phase_started
 
-    def save(self, db: Any, change: Change | None) -> None:
-        """Persist the change in flight (None: none); its phase's clock restarts on a new phase."""
+    def save(self, db: Any, change: Change | None, result: str = "done", outcome: str = "") -> None:
+        """Persist the change in flight (None: none, the last one ended with ``result``,
+        in words ``outcome``: :meth:`.history.History.end`); its phase's clock restarts on
+        a new phase."""
         old = self.change
         if change is not None and (
             old is None or (change.phase, change.moved) != (old.phase, old.moved)
@@ -129,7 +144,28 @@ class InFlight:
         self.store.set_meta(
             db, "change", "" if change is None else json.dumps(change.to_json(), sort_keys=True)
         )
+        self._spans(db, old, change, result, outcome)
         self.change = change
+
+    def _spans(
+        self, db: Any, old: Change | None, new: Change | None, result: str, outcome: str
+    ) -> None:
+        """Begin and end the spans of a change and of its groups' warm-ups."""
+        if old is not None and _warming(old) != _warming(new):
+            if new is None:
+                ended = result  # the change's own end: done, rolled back
+            else:
+                ended = "started again" if _warming(new) is not None else "ready"
+            self.history.end(db, _warm_up_id(old), ended)
+        if old is not None and (new is None or new.started_at != old.started_at):
+            self.history.end(db, _change_id(old), result, outcome)
+        if new is not None:
+            self.history.begin(db, _change_id(new), new.kind, new.summary)
+            if _warming(new) is not None and _warming(new) != _warming(old):
+                group = f"group {new.moved + 1} of {new.groups}" if new.groups > 1 else "warm-ups"
+                self.history.begin(
+                    db, _warm_up_id(new), "warm-up", f"{new.summary}: {group} warming up"
+                )
 
     def begin(
         self, db: Any, kind: str, summary: str, target: dict[str, Any], phase: str, groups: int = 1
@@ -161,7 +197,7 @@ class InFlight:
         if host.nothing_left():
             took = time.time() - change.started_at
             with self.store.transaction() as db:
-                self.save(db, None)
+                self.save(db, None, "done", f"done in {took:.0f} s")
                 self.store.add_event(db, "change", detail=f"{change.summary}: done in {took:.0f} s")
             return
         outcome = deadline_outcome(change, self.in_phase_s, self.warm_up_deadline_s)
@@ -222,7 +258,7 @@ class InFlight:
                     db, container_id, state="cancelled", ended_at=time.time()
                 )
             model = host.next_model(db, warmups=(), stopping=())
-            self.save(db, None)
+            self.save(db, None, "rolled back", f"rolled back: {why}")
             summary = (
                 f"{change.summary} rolled back: {why}; warm-ups {', '.join(warmups)} stop, "
                 f"the old owners keep their tasks (job model {model.version})"
@@ -233,3 +269,19 @@ class InFlight:
         host.call_off_moves()
         host.model = model
         return summary
+
+
+def _change_id(change: Change) -> str:
+    return f"{change.kind}:{change.started_at:.6f}"
+
+
+def _warming(change: Change | None) -> tuple[float, int, float] | None:
+    """Which warm-ups are warming up (the change's start, the group, since when), or None
+    (none: also once the last group has moved, as the change ends)."""
+    if change is None or change.phase != WARMING or change.moved >= change.groups:
+        return None
+    return (change.started_at, change.moved, change.phase_since)
+
+
+def _warm_up_id(change: Change) -> str:
+    return f"warm-up:{change.started_at:.6f}:{change.moved}:{change.phase_since:.6f}"

@@ -23,14 +23,16 @@ another change is under way; ``{"cancel": true}`` rolls the change in flight bac
 409 when it can no longer be),
 ``POST /autoscaler`` (``{"enabled": b}``, ``{"pinned": N}``, bounds
 ``{"minContainers": A, "maxContainers": B}``, and the policy's other settings),
-``GET /`` (status page), ``GET /status.json``, ``GET /metrics`` (Prometheus text).
+``GET /`` (status page; ``?fragment=1``: its live parts as JSON), ``GET /status.json``,
+``GET /history.json?window=S`` (the last 300 or 1800 s of rates, lag, batch times and
+changes: :mod:`.history`), ``GET /metrics`` (Prometheus text: :mod:`.metrics`),
+``GET /static/NAME`` (the page's script and its vendored chart library).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import ipaddress
 import json
 import signal
@@ -40,10 +42,11 @@ import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from spark_elastic.errors import (
@@ -55,8 +58,10 @@ from spark_elastic.errors import (
     StoreError,
     StoreFencedError,
 )
+from spark_elastic.runtime.coordinator.history import WINDOWS_S
 from spark_elastic.runtime.coordinator.input_health import CHECK, GROUP
-from spark_elastic.runtime.coordinator.status import coordinator_line
+from spark_elastic.runtime.coordinator.metrics import Metrics
+from spark_elastic.runtime.coordinator.page import render_fragment, render_page
 from spark_elastic.runtime.coordinator.supervisor import Supervisor
 from spark_elastic.runtime.protocol import (
     FailureReport,
@@ -75,7 +80,9 @@ TICK_S = 0.2
 DEAF_S = 0.5
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-_VIEWS = frozenset({"/", "/status.json", "/metrics"})
+_VIEWS = frozenset({"/", "/status.json", "/metrics", "/history.json"})
+STATIC = Path(__file__).with_name("static")
+_STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain"}
 
 
 class _TokenBucket:
@@ -152,200 +159,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _monitor_line(monitor: dict[str, Any]) -> str:
-    e = html.escape
-    unread = ""
-    if monitor["unread"]:
-        records = sum(end for ends in monitor["unread"].values() for end in ends.values())
-        unread = (
-            f" Not read by any task yet: {e(json.dumps(monitor['unread']))} ({records:,} "
-            "records, counted in the input lag)."
-        )
-    if monitor["growth"] is not None:
-        growth = monitor["growth"]
-        return (
-            f"<p class='growth'>Partition growth to {e(json.dumps(growth['counts']))}: old "
-            f"partitions drain to {e(json.dumps(growth['barrier']))} first.{unread}</p>"
-        )
-    if monitor["growthWaiting"] is not None:
-        return (
-            f"<p class='growth'>Partition growth to "
-            f"{e(json.dumps(monitor['growthWaiting']['counts']))} waits for the change in "
-            f"flight, which can no longer be rolled back, to end.{unread}</p>"
-        )
-    if monitor["refused"]:
-        return f"<p class='refused'>Partition change not followed: {e(monitor['refused'])}</p>"
-    if monitor["checkEveryS"] is None:
-        return "<p>Partition monitor off.</p>"
-    return (
-        f"<p>Partition monitor: every {monitor['checkEveryS']:g} s; tasks planned for "
-        f"{e(json.dumps(monitor['plannedPartitions']))}.</p>"
-    )
-
-
-def _input_line(health: dict[str, Any]) -> str:
-    """Whether the input answers the coordinator: an outage as what it is, during a change too."""
-    e = html.escape
-    if health["state"] == "failing":
-        since = time.strftime("%H:%M:%S", time.localtime(health["failingSince"]))
-        failing = "; ".join(f"{call}: {detail}" for call, detail in health["failing"].items())
-        line = (
-            f"<p class='input failing'>Input failing since {since} "
-            f"({health['failingForS']:.0f} s): {e(failing)}."
-        )
-    elif health["state"] == "answering":
-        at = time.strftime("%H:%M:%S", time.localtime(health["lastAnswerAt"]))
-        line = f"<p class='input'>Input answering (last answer {at})."
-    else:
-        line = "<p class='input'>Input not asked yet."
-    if health["clientRestarts"]:
-        line += (
-            f" Its client process was started again {health['clientRestarts']} times "
-            f"(last: {e(health['clientLastDeath'])})."
-        )
-    return line + "</p>"
-
-
-def _autoscaler_line(autoscaler: dict[str, Any]) -> str:
-    e = html.escape
-    line = f"<p class='autoscaler'>Autoscaler {e(autoscaler['summary'])}."
-    last = autoscaler["lastDecision"]
-    if last is not None:
-        at = time.strftime("%H:%M:%S", time.localtime(last["at"]))
-        line += (
-            f" Last decision ({at}): {e(last['action'])} at {last['target']} "
-            f"({e(last['rule'])}): {e(last['reason'])}"
-        )
-    return line + "</p>"
-
-
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
-
-
-class _Metrics:
-    """The coordinator's Prometheus metrics, in a registry of its own."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.heartbeats = Counter(
-            "spark_elastic_heartbeats", "Heartbeats answered, by answer", ["alive"], registry=r
-        )
-        self.expired_heartbeats = Counter(
-            "spark_elastic_expired_heartbeats",
-            "Heartbeats from containers the coordinator no longer considers valid (Samza's metric)",
-            registry=r,
-        )
-        self.failovers = Counter(
-            "spark_elastic_failovers", "Containers replaced after their lease expired", registry=r
-        )
-        self.stalls = Counter(
-            "spark_elastic_coordinator_stalls",
-            "Times the coordinator's loop ran more than 0.5 s late (a loaded machine): the "
-            "time it could not hear heartbeats was charged to no lease",
-            registry=r,
-        )
-        self.partition_change_refused = Gauge(
-            "spark_elastic_partition_change_refused",
-            "1 while the inputs' partition counts changed in a way the job does not follow "
-            "(a shrink, or a count that is not a multiple of the planned one)",
-            registry=r,
-        )
-        self.partition_growths = Counter(
-            "spark_elastic_partition_growths",
-            "Input partition growths taken up (SEP-5)",
-            registry=r,
-        )
-        self.autoscaler_actions = Counter(
-            "spark_elastic_autoscaler_actions",
-            "Changes the autoscaler made (container count or elasticity factor), by action",
-            ["action"],
-            registry=r,
-        )
-        self.autoscaler_mode = Gauge(
-            "spark_elastic_autoscaler_mode",
-            "1 for the autoscaler's current mode (off, on, pinned)",
-            ["mode"],
-            registry=r,
-        )
-        self.input_up = Gauge(
-            "spark_elastic_input_up",
-            "1 while every call of the coordinator to its input (partition check, consumer "
-            "group commit) answers, 0 while one fails (a broker unreachable)",
-            registry=r,
-        )
-        self.input_failing = Gauge(
-            "spark_elastic_input_failing_seconds",
-            "How long a call of the coordinator to its input has been failing (0 when none is)",
-            registry=r,
-        )
-        self.input_failing_calls = Gauge(
-            "spark_elastic_input_call_failing",
-            "1 while this call of the coordinator to its input fails",
-            ["call"],
-            registry=r,
-        )
-        self.input_client_restarts = Counter(
-            "spark_elastic_input_client_restarts",
-            "Times the input's client process was started again after it died or hung",
-            registry=r,
-        )
-        self._restarts_counted = 0  # of the status's clientRestarts, added to the counter
-        self.model_version = Gauge(
-            "spark_elastic_job_model_version", "The current job model version", registry=r
-        )
-        self.containers = Gauge(
-            "spark_elastic_containers", "Containers by state", ["state"], registry=r
-        )
-        self.lag = Gauge(
-            "spark_elastic_task_lag_records",
-            "Unread records of a task's partitions",
-            ["task"],
-            registry=r,
-        )
-        self.amplification = Gauge(
-            "spark_elastic_read_amplification",
-            "Records a container read per record of its own tasks",
-            ["container"],
-            registry=r,
-        )
-        self.enforced = Gauge(
-            "spark_elastic_records_enforced",
-            "Records time-ordered tasks processed without waiting for their other partitions"
-            " (Kafka Streams' enforced-processing-total), over the job's containers",
-            registry=r,
-        )
-
-    def refresh(self, status: dict[str, Any]) -> None:
-        self.model_version.set(status["jobModelVersion"])
-        health = status["input"]
-        self.input_up.set(0 if health["state"] == "failing" else 1)
-        self.input_failing.set(health["failingForS"] or 0)
-        for call in (CHECK, GROUP):
-            self.input_failing_calls.labels(call).set(int(call in health["failing"]))
-        restarts = health["clientRestarts"] - self._restarts_counted
-        if restarts > 0:
-            self.input_client_restarts.inc(restarts)
-            self._restarts_counted += restarts
-        for mode in ("off", "on", "pinned"):
-            self.autoscaler_mode.labels(mode).set(int(status["autoscaler"]["mode"] == mode))
-        self.partition_change_refused.set(1 if status["partitionMonitor"]["refused"] else 0)
-        if status.get("recordsEnforced") is not None:
-            self.enforced.set(status["recordsEnforced"])
-        states: dict[str, int] = {}
-        for c in status["containers"]:
-            states[c["state"]] = states.get(c["state"], 0) + 1
-            if c["readAmplification"] is not None:
-                self.amplification.labels(c["containerId"]).set(c["readAmplification"])
-        for state in ("launching", "warm", "running", "expired", "retired", "stopped"):
-            self.containers.labels(state).set(states.get(state, 0))
-        for task in status["tasks"]:
-            if task["lag"] >= 0:
-                self.lag.labels(task["task"]).set(task["lag"])
-            else:  # its owner has not reported yet: no figure rather than a stale one
-                with contextlib.suppress(KeyError):
-                    self.lag.remove(task["task"])
 
 
 def url_of(sock: socket.socket) -> str:
@@ -385,7 +200,7 @@ class CoordinatorServer:
         self._sock = sock
         self._token = token
         self.supervisor = make_supervisor(self.url)
-        self.metrics = _Metrics()
+        self.metrics = Metrics()
         self._in_flight = 0
         self._views = _TokenBucket(VIEWS_PER_S, VIEWS_PER_S, time.monotonic)
         self._runner: web.AppRunner | None = None
@@ -415,6 +230,8 @@ class CoordinatorServer:
         app.router.add_post("/autoscaler", self._autoscaler)
         app.router.add_get("/status.json", self._status)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/history.json", self._history)
+        app.router.add_get("/static/{name}", self._static)
         return app
 
     @web.middleware
@@ -530,14 +347,35 @@ class CoordinatorServer:
         return web.json_response(self.supervisor.status())
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        self.metrics.refresh(self.supervisor.status())
+        self.metrics.refresh(self.supervisor.status(), self.supervisor.history)
         return web.Response(
             body=generate_latest(self.metrics.registry),
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
 
     async def _page(self, request: web.Request) -> web.Response:
-        return web.Response(text=render_page(self.supervisor.status()), content_type="text/html")
+        status = self.supervisor.status()
+        if request.query.get("fragment"):
+            return web.json_response(render_fragment(status))
+        return web.Response(text=render_page(status), content_type="text/html")
+
+    async def _history(self, request: web.Request) -> web.Response:
+        text = request.query.get("window", str(WINDOWS_S[0]))
+        if not text.isdigit() or int(text) not in WINDOWS_S:
+            raise ArgumentError.invalid("window", f"one of {list(WINDOWS_S)} (seconds)", text)
+        return web.json_response(self.supervisor.history.read(int(text)))
+
+    async def _static(self, request: web.Request) -> web.StreamResponse:
+        # Only the files shipped beside this module: a name never walks out of it.
+        name = request.match_info["name"]
+        path = STATIC / name
+        if "/" in name or name.startswith(".") or not path.is_file():
+            return _error(404, f"no static file {name!r}")
+        return web.Response(
+            body=path.read_bytes(),
+            content_type=_STATIC_TYPES.get(path.suffix, "application/octet-stream"),
+            headers={"Cache-Control": "max-age=3600"},
+        )
 
     # life cycle
 
@@ -767,151 +605,3 @@ class CoordinatorServer:
 
 def _idle(task: asyncio.Task[None] | None) -> bool:
     return task is None or task.done()
-
-
-def _move_section(move: dict[str, Any] | None) -> str:
-    """A pending stateful move (KIP-441): its phase and each warm-up's tasks and old owners."""
-    if move is None:
-        return "<p>No move pending.</p>"
-    e = html.escape
-    rows = "".join(
-        f"<tr><td>{e(w['containerId'])}</td><td>{e(w['state'])}</td>"
-        f"<td>{e(', '.join(w['tasks']))}</td><td>{e(', '.join(w['from']))}</td></tr>"
-        for w in move["warmups"]
-    )
-    return (
-        f"<p>Pending move: {e(move['phase'])}. The old owners keep their tasks until every "
-        "warm-up is ready.</p>"
-        "<table><tr><th>warm-up</th><th>state</th><th>tasks it will take</th>"
-        f"<th>from</th></tr>{rows}</table>"
-    )
-
-
-_LIVE = ("launching", "warm", "running")
-
-
-def _job_line(status: dict[str, Any]) -> str:
-    """The job's state and the change in flight, with its target: what an operator asks first."""
-    e = html.escape
-    state = status["jobState"]
-    line = f"<p class='job {e(state['state'])}'>Job {e(state['state'])}"
-    if state["state"] != "running" and state["why"]:
-        line += f": {e(state['why'])}"
-    lag = status["inputLag"]
-    line += f". Input lag: {'unknown' if lag is None else f'{lag:,} records'}."
-    enforced = status.get("recordsEnforced")
-    if enforced is not None:
-        # Kafka Streams' enforced-processing: placed in time without their other partitions.
-        line += f" Records processed without waiting (enforced): {enforced:,}."
-    line += "</p>"
-    change = status["change"]
-    if change is not None:
-        deadline = (
-            ""
-            if change["deadlineS"] is None
-            else f" (deadline {change['deadlineS']:.0f} s, then {change['atDeadline']})"
-        )
-        cancel = " It can be cancelled (job scale URL --cancel)." if change["cancellable"] else ""
-        line += (
-            f"<p class='change'>Change in flight: {e(change['description'])}, "
-            f"{change['inPhaseS']:.0f} s in this phase{deadline}.{cancel}</p>"
-        )
-    return line
-
-
-def _or_dash(value: object) -> str:
-    return "-" if value is None else str(value)
-
-
-def _age(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.1f} s"
-
-
-def render_page(status: dict[str, Any]) -> str:
-    """The status page: containers, warm-ups, tasks, leases, lag, read amplification, autoscaler,
-    events.
-
-    Parameters
-    ----------
-    status
-        :meth:`Supervisor.status`.
-
-    Returns
-    -------
-    str
-        A self-contained HTML page (no scripts or external assets); it
-        refreshes itself every 2 s.
-    """
-    e = html.escape
-    rows = []
-    ended: dict[str, int] = {}
-    for c in status["containers"]:
-        if c["state"] not in _LIVE:
-            ended[c["state"]] = ended.get(c["state"], 0) + 1
-            if not c.get("cause"):
-                continue  # folded away: counted below the table
-        lease = c["leaseLeftS"]
-        lease_state = "-" if lease is None else ("valid" if lease > 0 else "expired")
-        if lease is None and c.get("startupLeftS") is not None:
-            lease_state = f"starting ({c['startupLeftS']:.0f} s left to register)"
-        elif c.get("cause"):
-            lease_state = f"failed: {c['cause']}"
-        amplification = c["readAmplification"]
-        rows.append(
-            f"<tr class='{e(c['state'])}'><td>{e(c['containerId'])}</td><td>{e(c['state'])}</td>"
-            f"<td>{c['pid'] or '-'}</td><td>{c['generation']}</td>"
-            f"<td>{e(', '.join(c['tasks']))}</td><td>{_age(c['heartbeatAgeS'])}</td>"
-            f"<td>{e(lease_state)}{'' if lease is None else f' ({_age(lease)})'}</td>"
-            f"<td>{_or_dash(c['lastBatch'])}</td>"
-            f"<td>{'-' if amplification is None else f'{amplification:.2f}'}</td></tr>"
-        )
-    tasks = "".join(
-        f"<tr><td>{e(t['task'])}</td><td>{e(t['container'] or '-')}</td>"
-        f"<td>{e(json.dumps(t['offsets']))}</td><td>{t['lag'] if t['lag'] >= 0 else '-'}</td></tr>"
-        for t in status["tasks"]
-    )
-    events = "".join(
-        f"<tr><td>{time.strftime('%H:%M:%S', time.localtime(ev['at']))}</td>"
-        f"<td>{e(ev['kind'])}</td><td>{e(ev['container'])}</td><td>{e(ev['detail'])}</td></tr>"
-        for ev in status["events"]
-    )
-    folded = ", ".join(f"{n} {state}" for state, n in sorted(ended.items()))
-    lease = status["lease"]
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
-<title>spark-elastic: {e(status["job"])}</title>
-<style>
-body {{ font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }}
-table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }}
-th {{ background: #f0f0f0; }} tr.expired td, tr.retired td {{ color: #999; }}
-p.job.failed, p.input.failing, p.coordinator.failing {{ color: #b00; font-weight: bold; }}
-p.change {{ color: #a60; }}
-tr.running td:nth-child(2) {{ color: #070; }} tr.warm td:nth-child(2) {{ color: #a60; }}
-h1 {{ font-size: 20px; }} h2 {{ font-size: 16px; }}
-</style></head><body>
-<h1>Job {e(status["job"])}: job model {status["jobModelVersion"]},
-elasticity factor {status["elasticityFactor"]}</h1>
-{_job_line(status)}
-<p class="coordinator{" failing" if status["coordinator"]["storeError"] else ""}">{
-        e(coordinator_line(status["coordinator"]))
-    }</p>
-<p>Partitions: {e(json.dumps(status["partitions"]))}. Lease {lease["leaseS"]} s,
-margin {lease["marginS"]} s, write budget {lease["writeBudgetS"]} s.</p>
-{"" if status["partitionMonitor"]["checkEveryS"] is None else _input_line(status["input"])}
-{_monitor_line(status["partitionMonitor"])}
-{_autoscaler_line(status["autoscaler"])}
-<h2>Containers</h2>
-<table><tr><th>container</th><th>state</th><th>pid</th><th>generation</th><th>virtual tasks</th>
-<th>heartbeat age</th><th>lease</th><th>last batch</th><th>read amplification</th></tr>
-{"".join(rows)}</table>
-<p>Ended containers (not shown unless they failed): {folded or "none"}.</p>
-<h2>Warm-ups and pending moves</h2>
-{_move_section(status["move"])}
-<h2>Tasks</h2>
-<table><tr><th>task</th><th>container</th><th>committed offsets</th><th>input lag</th></tr>
-{tasks}</table>
-<h2>Recent events</h2>
-<table><tr><th>time</th><th>event</th><th>container</th><th>detail</th></tr>{events}</table>
-</body></html>
-"""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig, Decision
@@ -45,6 +45,7 @@ __all__ = [
     "input_lag",
     "job_status",
     "move_status",
+    "partitions_of",
     "status_json",
 ]
 
@@ -148,6 +149,8 @@ class Facts:
         The newest events, newest first.
     counters
         The coordinator's counters.
+    last_batch_ms
+        Each container's last micro-batch's duration, as it reported it.
     """
 
     now: float
@@ -186,6 +189,7 @@ class Facts:
     decided_at: float | None
     events: Sequence[Mapping[str, Any]]
     counters: Mapping[str, int]
+    last_batch_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 def job_status(facts: Facts) -> dict[str, Any]:
@@ -235,7 +239,7 @@ def job_status(facts: Facts) -> dict[str, Any]:
             facts.change, facts.in_phase_s, facts.warm_up_deadline_s, facts.catch_up_s
         ),
         "inputLag": input_lag(
-            facts.lags, _partitions_of(model, facts.progress, facts.task_partitions), facts.unread
+            facts.lags, partitions_of(model, facts.progress, facts.task_partitions), facts.unread
         ),
         "recordsEnforced": sum(facts.enforced.values()) if facts.time_ordered else None,
         "move": move_status(model, states, facts.change),
@@ -304,11 +308,12 @@ def _container_row(facts: Facts, record: ContainerRecord) -> dict[str, Any]:
         "readAmplification": round(read / processed, 3) if processed else None,
         "recordsEnforced": facts.enforced.get(record.id, 0),
         "lastBatch": counts.get("batch"),
+        "lastBatchMs": facts.last_batch_ms.get(record.id),
         "recordsPerS": None if live is None else facts.rates.get(record.id),
     }
 
 
-def _partitions_of(
+def partitions_of(
     model: JobModel,
     progress: Mapping[str, Mapping[str, Any]],
     planned: Mapping[str, Mapping[str, Sequence[int]]],

@@ -64,6 +64,7 @@ from spark_elastic.errors import StoreError, StoreFencedError
 from spark_elastic.runtime.coordinator.autoscaler import AutoscalerConfig
 from spark_elastic.runtime.coordinator.autoscaling import Autoscaling
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
+from spark_elastic.runtime.coordinator.history import History
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.input_health import InputHealth
 from spark_elastic.runtime.coordinator.launchers import Launcher
@@ -89,6 +90,7 @@ from spark_elastic.runtime.coordinator.status import (
     group_offsets,
     input_lag,
     job_status,
+    partitions_of,
     status_json,
 )
 from spark_elastic.runtime.coordinator.stores import ContainerRecord, Store
@@ -210,7 +212,10 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
             text = self.store.meta("jobState")
             if text:
                 self._job_state = dict(json.loads(text))
-            self.flight = InFlight(store, clock, warm_up_deadline_s)
+            # Wall-clock times that move with the supervisor's clock (a spec's too).
+            at_start = (time.time(), clock())
+            self.history = History(store, lambda: at_start[0] + clock() - at_start[1])
+            self.flight = InFlight(store, clock, warm_up_deadline_s, self.history)
             self.model = self._load_or_plan(containers)
             # Containers that committed before a restart are past their start.
             self.crash_loops.past_start(self.store.throughput())
@@ -261,6 +266,20 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
                 self.autoscaling.decide(self.observe_load(), self, self.count)
             except Exception as exc:  # an optional policy must never stop leases and failovers
                 self.autoscaling.failed(exc, len(self.model.containers))
+        if self.history.due():
+            self._sample()
+
+    def _sample(self) -> None:
+        """A sample of the job's history (:mod:`.history`): what the store counts now."""
+        progress = self.store.progress()
+        lags = self._task_lags(progress)
+        planned = task_partitions(self.shape.grouper, self.model)
+        self.history.sample(
+            self.store.throughput(),
+            lags,
+            {task: p["offsets"] for task, p in progress.items() if task in lags},
+            input_lag(lags, partitions_of(self.model, progress, planned), self.partitions.unread()),
+        )
 
     @property
     def watch(self) -> PartitionWatch | None:
@@ -372,5 +391,6 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
                 decided_at=self.autoscaling.decided_at,
                 events=[e.__dict__ for e in self.store.events()],
                 counters=dict(self.counters),
+                last_batch_ms=dict(self.history.last_batch_ms),
             )
         )

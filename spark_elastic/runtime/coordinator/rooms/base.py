@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from spark_elastic.runtime.coordinator.autoscaling import Autoscaling
 from spark_elastic.runtime.coordinator.changes import Change
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
+from spark_elastic.runtime.coordinator.history import History
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.leadership import Leadership
 from spark_elastic.runtime.coordinator.moves import Mover
@@ -156,6 +157,7 @@ class SupervisorBase:
     leadership: Leadership
     _last_status: dict[str, Any] | None
     flight: InFlight
+    history: History
     model: JobModel
     autoscaling: Autoscaling
 

@@ -109,6 +109,11 @@ class FailoverRoom(SupervisorBase):
                 model = self.next_model(db, containers=[*containers, new], stopping=stopping)
             self.store.update_container(db, old_id, state="expired", ended_at=time.time())
             self.store.add_event(db, "expire", old_id, reason)
+            # Until the successor registers (or is itself replaced).
+            self.history.end(db, f"failover:{old_id}", "replaced", f"replaced in turn: {reason}")
+            self.history.begin(
+                db, f"failover:{new.container_id}", "failover", f"{old_id} -> {new.container_id}"
+            )
             self.store.add_event(
                 db,
                 "failover",
@@ -148,7 +153,8 @@ class FailoverRoom(SupervisorBase):
             )
             self._set_job_state(db, "failed", why)
             if self.change is not None:
-                self.flight.save(db, None)
+                self.flight.save(db, None, "job failed", f"cut short: the job failed: {why}")
+            self.history.end_all(db, "failover", "job failed")
         self.doom(old_id, "failed")
         for container_id in others:
             self.doom(container_id, "stopped")

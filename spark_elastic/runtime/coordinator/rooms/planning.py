@@ -72,6 +72,7 @@ class PlanningRoom(SupervisorBase):
             )
             self._set_job_state(db, "running", "resumed")
             self.flight.resume(db)
+            self.history.end_all(db, "stop", "resumed")
             self.store.add_event(
                 db,
                 "resume",

@@ -113,6 +113,7 @@ class RegistrationRoom(SupervisorBase):
                     )
                 else:
                     self.store.add_event(db, "register", cid, f"pid {registration.pid}")
+                    self.history.end(db, f"failover:{cid}", "registered")
             self.set_record(cid, state=state, handle=handle, registered_at=time.time())
         return reply
 
@@ -139,6 +140,7 @@ class RegistrationRoom(SupervisorBase):
                     f"{strangers[0]!r}, which it does not own"
                 )
             self.store.save_progress(report)
+            self.history.batch(report.container_id, report.batch_duration_ms)
             self.autoscaling.keep_report(report, self._live)
             self.crash_loops.commit(report.container_id)
         return reply

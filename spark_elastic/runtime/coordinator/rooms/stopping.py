@@ -83,6 +83,8 @@ class StoppingRoom(SupervisorBase):
             if failed:
                 detail += f": the coordinator failed ({failed})"
             self.store.add_event(db, "stop", detail=detail)
+            self.history.end_all(db, "failover", "job stopped")
+            self.history.begin(db, f"stop:{time.time():.6f}", "stop", detail)
             if self.job_state()["state"] != "failed":
                 self._set_job_state(
                     db, "stopped", "the coordinator stopped" + (f": {failed}" if failed else "")

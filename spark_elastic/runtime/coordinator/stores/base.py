@@ -82,7 +82,10 @@ CREATE TABLE IF NOT EXISTS throughput (
     records_processed {big} NOT NULL, total_read {big} NOT NULL,
     total_processed {big} NOT NULL, at {real} NOT NULL);
 CREATE TABLE IF NOT EXISTS enforced (
-    container TEXT PRIMARY KEY, total {big} NOT NULL)
+    container TEXT PRIMARY KEY, total {big} NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (at {real} PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS spans (
+    id TEXT PRIMARY KEY, started_at {real} NOT NULL, ended_at {real}, doc TEXT NOT NULL)
 """
 """The tables, with each implementation's words for an auto-numbered key (``serial``),
 a double (``real``) and a 64-bit integer (``big``)."""
@@ -376,6 +379,41 @@ class Store(abc.ABC):
             "SELECT at, kind, container, detail FROM events ORDER BY id DESC LIMIT ?", (limit,)
         )
         return [Event(*row) for row in rows]
+
+    # history (:mod:`..history`)
+
+    def add_sample(self, db: Any, at: float, doc: Mapping[str, Any], forget_before: float) -> None:
+        """Keep one sample of the job's history (inside a transaction), and forget the
+        samples taken and the spans ended before ``forget_before``."""
+        self._execute(db, "DELETE FROM samples WHERE at < ?", (forget_before,))
+        self._execute(db, "DELETE FROM spans WHERE ended_at < ?", (forget_before,))
+        self._execute(
+            db,
+            "INSERT INTO samples (at, doc) VALUES (?, ?) ON CONFLICT (at) DO NOTHING",
+            (at, json.dumps(doc, separators=(",", ":"))),
+        )
+
+    def samples(self, since: float) -> list[dict[str, Any]]:
+        """The samples taken since ``since``, oldest first."""
+        rows = self._rows("SELECT doc FROM samples WHERE at >= ? ORDER BY at", (since,))
+        return [json.loads(r[0]) for r in rows]
+
+    def put_span(self, db: Any, span_id: str, started_at: float, doc: Mapping[str, Any]) -> None:
+        """Keep a change's span as it begins and again as it ends (inside a transaction)."""
+        self._execute(
+            db,
+            "INSERT INTO spans (id, started_at, ended_at, doc) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET ended_at = excluded.ended_at, doc = excluded.doc",
+            (span_id, started_at, doc.get("endedAt"), json.dumps(doc, separators=(",", ":"))),
+        )
+
+    def spans(self, since: float) -> list[dict[str, Any]]:
+        """The spans still lasting or ended since ``since``, oldest first."""
+        rows = self._rows(
+            "SELECT doc FROM spans WHERE ended_at IS NULL OR ended_at >= ? ORDER BY started_at, id",
+            (since,),
+        )
+        return [json.loads(r[0]) for r in rows]
 
     # progress
 
