@@ -129,7 +129,8 @@ def test_registration_and_progress_round_trip() -> None:
         ProgressReport.from_json({**report.to_json(), "recordsEnforced": -1})
     timed = ProgressReport("clicks-c1", 1, 12, 100, 50, batch_duration_ms=640)
     assert ProgressReport.from_json(timed.to_json()) == timed
-    with pytest.raises(ProtocolError, match="batchDurationMs.*non-negative integer, found -5"):
+    refused = r"progress.batchDurationMs: expected a non-negative integer, found -5"
+    with pytest.raises(ProtocolError, match=refused):
         ProgressReport.from_json({**timed.to_json(), "batchDurationMs": -5})
 
 
