@@ -19,6 +19,7 @@ from conftest import InProcess
 from spark_elastic.runtime.coordinator.history import (
     GAP_S,
     KEEP_S,
+    MAX_POINTS,
     SAMPLE_S,
     Sample,
     Span,
@@ -63,6 +64,19 @@ def test_a_window_shows_its_samples_rated_against_the_one_before_it() -> None:
     got = series(samples, [], 300, 998)
     assert got["t"][0] == 698
     assert got["job"]["read"][0] == 10.0  # rated against 696, outside the window
+
+
+def test_a_long_window_is_thinned_with_exact_rates_and_the_longest_batches() -> None:
+    samples = [
+        Sample(at, {"c1": 10 * at}, {"c1": 10 * at}, {"c1": at % 7}, {}, {}, None)
+        for at in range(0, 1800, 2)
+    ]
+    got = series(samples, [], 1800, 1798)
+    assert len(got["t"]) == MAX_POINTS
+    assert got["t"][-1] == 1798  # the newest always
+    assert got["job"]["read"][1:] == [10.0] * (MAX_POINTS - 1)  # over 6 s, still exact
+    assert got["job"]["read"][0] is None
+    assert got["containers"]["c1"]["batchMs"][-1] == max(a % 7 for a in (1794, 1796, 1798))
 
 
 def test_the_lag_chart_names_the_tasks_with_most_lag_now() -> None:

@@ -72,6 +72,9 @@ RESULTS = (
 """How a span can end: a change done or rolled back; warm-ups ready, started again (a
 failover or a resume), or ended with their change; a failover's successor registered,
 or replaced in turn; a stop resumed; anything cut short by the job failing or stopping."""
+MAX_POINTS = 300
+"""A chart's most points: a longer window is thinned (every second, third ... sample), so
+the 30-minute window costs the coordinator and the page what the 5-minute one does."""
 TOP_TASKS = 8
 """The tasks whose lag the job's chart draws one by one (the largest now); the rest are
 in the total and each on its own chart."""
@@ -314,26 +317,46 @@ class History:
 
 
 def _rate(
-    before: Sample | None, after: Sample, pick: Callable[[Sample], Mapping[str, int]], key: str
+    before: Sample | None,
+    after: Sample,
+    pick: Callable[[Sample], Mapping[str, int]],
+    key: str,
+    gap: float = GAP_S,
 ) -> float | None:
     """Records a second of ``key`` between two neighbouring samples, or None (a gap, or
     ``key`` not counted in ``after``)."""
     now = pick(after).get(key)
-    if before is None or now is None or after.at - before.at > GAP_S:
+    if before is None or now is None or after.at - before.at > gap:
         return None
     # A container's first sample counts from 0: its totals started with it.
     return max(now - pick(before).get(key, 0), 0) / (after.at - before.at)
 
 
 def _total_rate(
-    before: Sample | None, after: Sample, pick: Callable[[Sample], Mapping[str, int]]
+    before: Sample | None,
+    after: Sample,
+    pick: Callable[[Sample], Mapping[str, int]],
+    gap: float = GAP_S,
 ) -> float | None:
-    if before is None or after.at - before.at > GAP_S:
+    if before is None or after.at - before.at > gap:
         return None
     counted = sum(pick(after).values()) - sum(
         v for k, v in pick(before).items() if k in pick(after)
     )
     return max(counted, 0) / (after.at - before.at)
+
+
+def _thinned(samples: Sequence[Sample], step: int) -> list[Sample]:
+    """Every ``step``-th sample, the newest always, each with the longest batches of the
+    samples it stands for."""
+    kept = []
+    for end in range(len(samples) - 1, -1, -step):
+        longest: dict[str, int] = {}
+        for s in samples[max(0, end - step + 1) : end + 1]:
+            for c, ms in s.batch_ms.items():
+                longest[c] = max(longest.get(c, 0), ms)
+        kept.append(replace(samples[end], batch_ms=longest))
+    return kept[::-1]
 
 
 def _lag(value: int | None) -> int | None:
@@ -371,12 +394,20 @@ def series(
         "spans": [span]}``, each list as long as ``t``; ``None`` where there
         is no figure. ``job.batchMs`` is the longest batch of any container
         in each interval; ``tasks.rate`` is the records of a task's partitions
-        committed per second; ``topTasks`` the tasks with most lag now.
+        committed per second; ``topTasks`` the tasks with most lag now. A
+        window of more than :data:`MAX_POINTS` samples is thinned to at most
+        that many (rates then over the longer intervals, batch times the
+        longest of each).
     """
     since = now - window_s
     first = next((i for i, s in enumerate(samples) if s.at >= since), len(samples))
     shown = samples[first:]
-    befores: list[Sample | None] = [samples[first - 1] if first > 0 else None, *shown[:-1]]
+    step = max(1, -(-len(shown) // MAX_POINTS))
+    before = samples[first - 1] if first > 0 else None
+    if step > 1:  # thinned: the first point has no rate (its interval began before the window)
+        shown, before = _thinned(shown, step), None
+    gap = GAP_S * step
+    befores: list[Sample | None] = [before, *shown[:-1]]
     pairs = list(zip(befores, shown, strict=False))  # none when nothing is shown
     containers = sorted({c for s in shown for c in (*s.read, *s.batch_ms)})
     tasks = sorted({t for s in shown for t in s.lag})
@@ -400,8 +431,8 @@ def series(
         "now": now,
         "t": [round(s.at, 3) for s in shown],
         "job": {
-            "read": _rounded(_total_rate(b, a, read) for b, a in pairs),
-            "processed": _rounded(_total_rate(b, a, processed) for b, a in pairs),
+            "read": _rounded(_total_rate(b, a, read, gap) for b, a in pairs),
+            "processed": _rounded(_total_rate(b, a, processed, gap) for b, a in pairs),
             "lag": [
                 _lag(s.input_lag)
                 if s.input_lag is not None
@@ -412,8 +443,8 @@ def series(
         },
         "containers": {
             c: {
-                "read": _rounded(_rate(b, a, read, c) for b, a in pairs),
-                "processed": _rounded(_rate(b, a, processed, c) for b, a in pairs),
+                "read": _rounded(_rate(b, a, read, c, gap) for b, a in pairs),
+                "processed": _rounded(_rate(b, a, processed, c, gap) for b, a in pairs),
                 "batchMs": [s.batch_ms.get(c) for s in shown],
             }
             for c in containers
@@ -421,7 +452,7 @@ def series(
         "tasks": {
             t: {
                 "lag": [_lag(s.lag.get(t)) for s in shown],
-                "rate": _rounded(_rate(b, a, committed, t) for b, a in pairs),
+                "rate": _rounded(_rate(b, a, committed, t, gap) for b, a in pairs),
             }
             for t in tasks
         },
