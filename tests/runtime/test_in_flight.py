@@ -18,6 +18,7 @@ import pytest
 
 from spark_elastic.errors import ChangeRefusedError
 from spark_elastic.runtime.coordinator.changes import CATCHING_UP, HANDING_OVER, WARMING
+from spark_elastic.runtime.coordinator.history import History
 from spark_elastic.runtime.coordinator.in_flight import InFlight
 from spark_elastic.runtime.coordinator.stores import ContainerRecord, SQLiteStore, Store
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
@@ -87,7 +88,7 @@ def host(store: Store) -> Host:
 
 
 def begun(store: Store, clock: Clock, deadline_s: float = 60.0) -> InFlight:
-    flight = InFlight(store, clock, deadline_s)
+    flight = InFlight(store, clock, deadline_s, History(store))
     with store.transaction() as db:
         flight.begin(db, "scale", "2 -> 1 containers", {"containers": 1}, WARMING)
     return flight
@@ -103,7 +104,7 @@ def test_a_change_is_kept_in_the_store_and_a_new_phase_restarts_its_clock(store:
     with store.transaction() as db:
         flight.enter(db, CATCHING_UP)
     assert flight.in_phase_s == 0
-    assert InFlight(store, clock, 60.0).change == flight.change
+    assert InFlight(store, clock, 60.0, History(store)).change == flight.change
 
 
 def test_a_loaded_change_s_phase_clock_counts_from_when_its_phase_began(store: Store) -> None:
@@ -111,7 +112,7 @@ def test_a_loaded_change_s_phase_clock_counts_from_when_its_phase_began(store: S
     flight = begun(store, clock)
     with store.transaction() as db:  # as if the phase began 40 s ago, on the wall clock
         flight.save(db, replace(flight.change, phase_since=time.time() - 40))  # type: ignore[arg-type]
-    loaded = InFlight(store, Clock(), 60.0)
+    loaded = InFlight(store, Clock(), 60.0, History(store))
     assert 39 < loaded.in_phase_s < 45
 
 
@@ -122,7 +123,7 @@ def test_a_done_change_ends_saying_how_long_it_took(store: Store, host: Host) ->
     host.done = True
     flight.settle(host)
     assert flight.change is None
-    assert InFlight(store, Clock(), 60.0).change is None
+    assert InFlight(store, Clock(), 60.0, History(store)).change is None
     assert store.events()[0].kind == "change"
     assert store.events()[0].detail.startswith("2 -> 1 containers: done in ")
 
@@ -170,7 +171,7 @@ def test_the_operator_cancels_a_change_that_can_still_be_undone_and_only_that(
     store: Store, host: Host
 ) -> None:
     with pytest.raises(ChangeRefusedError, match="no change is under way"):
-        InFlight(store, Clock(), 60.0).cancel(host)
+        InFlight(store, Clock(), 60.0, History(store)).cancel(host)
     flight = begun(store, Clock())
     with store.transaction() as db:
         flight.enter(db, HANDING_OVER)
@@ -194,10 +195,10 @@ def test_a_resumed_job_s_change_goes_on_from_warming_up_its_clock_started_anew(
     with store.transaction() as db:
         flight.enter(db, CATCHING_UP)
     clock.now += 500  # stopped meanwhile
-    restarted = InFlight(store, clock, 60.0)
+    restarted = InFlight(store, clock, 60.0, History(store))
     with store.transaction() as db:
         restarted.resume(db)
     assert restarted.change is not None
     assert restarted.change.phase == WARMING  # its old owners and warm-ups are new processes
     assert restarted.in_phase_s == 0
-    assert InFlight(store, clock, 60.0).change == restarted.change
+    assert InFlight(store, clock, 60.0, History(store)).change == restarted.change

@@ -101,7 +101,13 @@ def test_the_status_page_charts_a_live_scale_with_its_warm_ups_as_bands(
             warmups = [w["containerId"] for w in c.status()["move"]["warmups"]]
             assert all(w in dom for w in warmups)
             drawn = charts(dom)
-            assert set(drawn) == {"chart-rate", "chart-lag", "chart-batch", "chart-containers"}
+            assert set(drawn) == {
+                "chart-rate",
+                "chart-lag",
+                "chart-batch",
+                "chart-containers",
+                "chart-containers-read",
+            }
             for chart in drawn.values():
                 assert chart["points"] > 0
                 assert chart["bands"] == 2  # the scale, and its warm-ups within it

@@ -239,6 +239,9 @@ cut short</span>, <span class="on">still under way</span>).</p>
  data-title="Micro-batch duration, seconds (longest per container in each interval)"></div>
 <div class="chart" id="chart-containers"
  data-title="Records processed per second, per container"></div>
+<div class="chart" id="chart-containers-read"
+ data-title="Records read per second, per container (its tasks' partitions, other buckets too)">
+</div>
 <div class="chart" id="chart-task" hidden></div>
 <table id="changes"><tr><th>change</th><th>what</th><th>from</th><th>to</th><th>outcome</th>
 </tr></table>

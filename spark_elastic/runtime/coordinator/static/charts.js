@@ -130,6 +130,9 @@
     draw("chart-containers", document.getElementById("chart-containers").dataset.title,
       ids.map((id) => ({ label: id })),
       [t].concat(ids.map((id) => column(history.containers[id].processed))), "records/s");
+    draw("chart-containers-read", document.getElementById("chart-containers-read").dataset.title,
+      ids.map((id) => ({ label: id })),
+      [t].concat(ids.map((id) => column(history.containers[id].read))), "records/s");
     drawTask();
     listChanges();
   }
