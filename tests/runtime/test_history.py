@@ -44,13 +44,18 @@ def test_rates_are_the_records_counted_between_neighbouring_samples() -> None:
     assert got["containers"]["c1"]["batchMs"] == [500, 500, 500]
 
 
-def test_a_container_counts_from_zero_and_an_ended_one_still_counts_what_it_did() -> None:
-    # c2 starts between the samples (its totals start with it); c1's totals stay in the
-    # store once it ends, so the job's rate is never a drop to a negative figure.
-    samples = [sample(100, {"c1": 1000}), sample(102, {"c1": 1200, "c2": 300})]
-    got = series(samples, [], 300, 102)
-    assert got["containers"]["c2"]["read"] == [None, 150.0]
-    assert got["job"]["read"] == [None, 250.0]
+def test_a_container_counts_from_zero_and_an_ended_ones_line_ends() -> None:
+    # c2 starts between the samples (its totals start with it); c1 has ended by the third
+    # (samples keep only containers that may still commit): its line ends, never a 0.
+    samples = [
+        sample(100, {"c1": 1000}),
+        sample(102, {"c1": 1200, "c2": 300}),
+        sample(104, {"c2": 700}),
+    ]
+    got = series(samples, [], 300, 104)
+    assert got["containers"]["c2"]["read"] == [None, 150.0, 200.0]
+    assert got["containers"]["c1"]["read"] == [None, 100.0, None]
+    assert got["job"]["read"] == [None, 250.0, 200.0]
 
 
 def test_samples_further_apart_than_the_gap_have_no_rate_between_them() -> None:
@@ -164,6 +169,10 @@ def test_a_failover_lasts_until_its_successor_registers(in_process: InProcess) -
     in_process.supervisor.launch_pending()
     in_process.register_all()
     assert spans(in_process) == [("failover", f"{first} -> {successor}", "registered")]
+    in_process.step(SAMPLE_S)
+    assert any(first in s.read for s in in_process.supervisor.history.samples)
+    assert first not in in_process.supervisor.history.samples[-1].read  # its line ends
+    assert successor not in in_process.supervisor.history.samples[-1].read  # not reported yet
 
 
 def test_a_stop_lasts_until_the_job_resumes_and_the_history_outlives_its_coordinator(

@@ -89,8 +89,9 @@ class Sample:
     at
         Wall-clock seconds.
     read, processed
-        Per container, the records it read and processed since it started
-        (the store's running totals, ended containers included).
+        Per container that may still commit (live, or retiring with its last
+        batch), the records it read and processed since it started (the
+        store's running totals).
     batch_ms
         Per container, its longest micro-batch reported since the sample
         before (only containers that reported one).
@@ -245,7 +246,8 @@ class History:
         Parameters
         ----------
         throughput
-            :meth:`Store.throughput`: each container's running totals.
+            :meth:`Store.throughput`: the running totals of each container that
+            may still commit.
         lags
             Each task's lag (-1: unknown).
         offsets

@@ -274,8 +274,10 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
         progress = self.store.progress()
         lags = self._task_lags(progress)
         planned = task_partitions(self.shape.grouper, self.model)
+        # Containers that may still commit: an ended one's line ends, not drops to 0.
+        running = {c for c, r in self.records.items() if r.live or c in self.retiring}
         self.history.sample(
-            self.store.throughput(),
+            {c: totals for c, totals in self.store.throughput().items() if c in running},
             lags,
             {task: p["offsets"] for task, p in progress.items() if task in lags},
             input_lag(lags, partitions_of(self.model, progress, planned), self.partitions.unread()),
