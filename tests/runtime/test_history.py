@@ -175,6 +175,27 @@ def test_a_failover_lasts_until_its_successor_registers(in_process: InProcess) -
     assert successor not in in_process.supervisor.history.samples[-1].read  # not reported yet
 
 
+def test_a_failover_whose_successor_ends_unregistered_is_cut_short(in_process: InProcess) -> None:
+    # A warm-up dies before it is ready, its successor is launched, then the operator rolls
+    # the move back: that successor never registers, and its failover ends with it.
+    running(in_process, stateful=True)
+    sup = in_process.supervisor
+    sup.scale(3)
+    sup.launch_pending()
+    dead = warm_ups(in_process)[0]
+    in_process.launcher.exit(dead)
+    while dead in warm_ups(in_process):
+        in_process.step(0.5)
+    sup.cancel_change()
+    in_process.step(SAMPLE_S)
+    (failover,) = [s for s in sup.history.read(300)["spans"] if s["kind"] == "failover"]
+    assert failover["label"].startswith(f"{dead} -> ")
+    assert (failover["result"], failover["outcome"]) == (
+        "cut short",
+        "its successor ended unregistered",
+    )
+
+
 def test_a_stop_lasts_until_the_job_resumes_and_the_history_outlives_its_coordinator(
     in_process: InProcess,
 ) -> None:

@@ -68,10 +68,12 @@ RESULTS = (
     "resumed",
     "job failed",
     "job stopped",
+    "cut short",
 )
 """How a span can end: a change done or rolled back; warm-ups ready, started again (a
 failover or a resume), or ended with their change; a failover's successor registered,
-or replaced in turn; a stop resumed; anything cut short by the job failing or stopping."""
+replaced in turn, or ended before it registered (cut short; a warm-up rolled back with its
+move); a stop resumed; anything cut short by the job failing or stopping."""
 MAX_POINTS = 300
 """A chart's most points: a longer window is thinned (every second, third ... sample), so
 the 30-minute window costs the coordinator and the page what the 5-minute one does."""

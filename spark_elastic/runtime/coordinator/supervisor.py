@@ -276,6 +276,17 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
         planned = task_partitions(self.shape.grouper, self.model)
         # Containers that may still commit: an ended one's line ends, not drops to 0.
         running = {c for c, r in self.records.items() if r.live or c in self.retiring}
+        # A successor that ended before it registered (a warm-up rolled back, say): its
+        # failover is over too.
+        orphans = [
+            s.id
+            for s in self.history.open_spans("failover")
+            if s.id.split(":", 1)[1] not in running
+        ]
+        if orphans:
+            with self.store.transaction() as db:
+                for span_id in orphans:
+                    self.history.end(db, span_id, "cut short", "its successor ended unregistered")
         self.history.sample(
             {c: totals for c, totals in self.store.throughput().items() if c in running},
             lags,

@@ -113,7 +113,8 @@ class RegistrationRoom(SupervisorBase):
                     )
                 else:
                     self.store.add_event(db, "register", cid, f"pid {registration.pid}")
-                    self.history.end(db, f"failover:{cid}", "registered")
+                # A successor's failover (a warm-up's too) ends as it registers.
+                self.history.end(db, f"failover:{cid}", "registered")
             self.set_record(cid, state=state, handle=handle, registered_at=time.time())
         return reply
 
