@@ -133,16 +133,16 @@ def kafka_version() -> str:
     return jar.stem.removeprefix("kafka_2.13-")
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 
-def _listening(port: int) -> bool:
+def _listening(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection((host, port), timeout=1).close()
     except OSError:
         return False
     return True
@@ -166,8 +166,9 @@ def server_properties(
     controller_port: int,
     users: dict[str, str] | None = None,
     internal_port: int = 0,
+    host: str = "127.0.0.1",
 ) -> str:
-    """A combined broker and controller, node 1, alone in its quorum, on 127.0.0.1.
+    """A combined broker and controller, node 1, alone in its quorum, on ``host``.
 
     With ``users`` (``{name: password}``), clients connect with SASL/PLAIN on
     ``port`` and the broker talks to itself on ``internal_port`` in plain text.
@@ -177,11 +178,11 @@ def server_properties(
         "node.id": "1",
         # Kafka 4's dynamic quorum (KIP-853), as its own config/server.properties: the
         # controller finds the quorum here, and `format --standalone` makes it the voter.
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
         "controller.listener.names": "CONTROLLER",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
         "advertised.listeners": (
-            f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+            f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}"
         ),
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -206,10 +207,10 @@ def server_properties(
         accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
         settings.update(
             {
-                "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},"
-                f"INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
-                "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},"
-                f"INTERNAL://127.0.0.1:{internal_port},CONTROLLER://127.0.0.1:{controller_port}",
+                "listeners": f"SASL_PLAINTEXT://{host}:{port},"
+                f"INTERNAL://{host}:{internal_port},CONTROLLER://{host}:{controller_port}",
+                "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port},"
+                f"INTERNAL://{host}:{internal_port},CONTROLLER://{host}:{controller_port}",
                 "inter.broker.listener.name": "INTERNAL",
                 "listener.security.protocol.map": (
                     "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
@@ -454,20 +455,26 @@ def rss_mib(pid: int) -> float:
 
 @contextmanager
 def running_kafka(
-    port: int = 0, timeout_s: float = START_TIMEOUT_S, users: dict[str, str] | None = None
+    port: int = 0,
+    timeout_s: float = START_TIMEOUT_S,
+    users: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[KafkaBroker]:
     """Start a broker, yield it once it answers, stop it by PID and delete its files at exit.
 
     Parameters
     ----------
     port
-        The client port on 127.0.0.1; 0 picks a free one (and retries on a lost race).
+        The client port on ``host``; 0 picks a free one (and retries on a lost race).
     timeout_s
         The deadline of each attempt, from format to the first topic listing.
     users
         ``{name: password}``: clients authenticate with SASL/PLAIN (see
         :func:`server_properties`); the broker's ``client_options`` are the
         first user's.
+    host
+        The address it listens on and advertises (a bridge's, for containers on
+        hosts of their own).
 
     Raises
     ------
@@ -476,21 +483,23 @@ def running_kafka(
     """
     kafka_jars()
     java()
-    if port and _listening(port):
+    if port and _listening(port, host):
         raise KafkaJvmError(
-            f"127.0.0.1:{port} is taken (another broker?): pick another port, or 0 for a free one"
+            f"{host}:{port} is taken (another broker?): pick another port, or 0 for a free one"
         )
     failures: list[str] = []
     for attempt in range(_ATTEMPTS if port == 0 else 1):
         workdir = Path(tempfile.mkdtemp(prefix="spark-elastic-kafka-"))
         processes: list[subprocess.Popen[bytes]] = []
         try:
-            client_port = port or free_port()
-            controller_port = free_port()
-            bootstrap = f"127.0.0.1:{client_port}"
+            client_port = port or free_port(host)
+            controller_port = free_port(host)
+            bootstrap = f"{host}:{client_port}"
             properties = workdir / "server.properties"
             properties.write_text(
-                server_properties(workdir, client_port, controller_port, users, free_port())
+                server_properties(
+                    workdir, client_port, controller_port, users, free_port(host), host
+                )
             )
             options = sasl_options(*next(iter(users.items()))) if users else {}
             (workdir / "log4j2.properties").write_text(_LOG4J2)
@@ -537,7 +546,7 @@ def running_kafka(
                     stop(started.pid)
                 started.wait()
             shutil.rmtree(workdir, ignore_errors=True)
-    raise KafkaJvmError(f"no Kafka broker on 127.0.0.1: {'; '.join(failures)}")
+    raise KafkaJvmError(f"no Kafka broker on {host}: {'; '.join(failures)}")
 
 
 def _reason(log: Path) -> str:

@@ -241,8 +241,11 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def running_s3(timeout_s: float = START_TIMEOUT_S) -> Iterator[StorageServer]:
-    """s3proxy on a free port over a temporary directory, with bucket :data:`S3_BUCKET`.
+def running_s3(
+    timeout_s: float = START_TIMEOUT_S, host: str = "127.0.0.1"
+) -> Iterator[StorageServer]:
+    """s3proxy on a free port of ``host`` (a bridge's address, for containers on hosts of
+    their own) over a temporary directory, with bucket :data:`S3_BUCKET`.
 
     Raises
     ------
@@ -253,8 +256,8 @@ def running_s3(timeout_s: float = START_TIMEOUT_S) -> Iterator[StorageServer]:
     workdir = Path(tempfile.mkdtemp(prefix="spark-elastic-s3-"))
     store = workdir / "store"
     (store / S3_BUCKET).mkdir(parents=True)  # the filesystem store's bucket is a directory
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
+    port = free_port(host)
+    endpoint = f"http://{host}:{port}"
     (workdir / "s3proxy.conf").write_text(
         f"s3proxy.endpoint={endpoint}\n"
         "s3proxy.authorization=aws-v2-or-v4\n"

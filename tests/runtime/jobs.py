@@ -72,8 +72,11 @@ def wait_until(what: str, condition: Callable[[], Any], timeout: float = 180.0) 
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
+def get_json(url: str, token: str | None = None) -> Any:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=5) as response:
         return json.loads(response.read())
 
 
@@ -88,16 +91,18 @@ class RunningJob:
     """Where its Parquet sink publishes (``CLICKS_OUT``; ``root/out`` by default)."""
     pids: dict[int, str] = field(default_factory=dict)
     """PID -> container id of every container the status page has shown."""
+    token: str | None = None
+    """The coordinator's bearer token (one off loopback requires it)."""
 
     def status(self) -> dict[str, Any]:
-        document: dict[str, Any] = get_json(f"{self.url}/status.json")
+        document: dict[str, Any] = get_json(f"{self.url}/status.json", self.token)
         for container in document.get("containers", []):
             if container.get("pid"):
                 self.pids[int(container["pid"])] = container["containerId"]
         return document
 
     def job_model(self) -> dict[str, Any]:
-        model: dict[str, Any] = get_json(f"{self.url}/jobModel")
+        model: dict[str, Any] = get_json(f"{self.url}/jobModel", self.token)
         return model
 
     def settled_model(self) -> dict[str, Any] | None:
@@ -118,6 +123,15 @@ class RunningJob:
             c["containerId"]: int(c["pid"])
             for c in self.status().get("containers", [])
             if c.get("state") == "running" and c.get("pid")
+        }
+
+    def running_rows(self) -> dict[str, dict[str, Any]]:
+        """``{container id: its status row}`` of containers registered and running, whatever
+        their launcher's handles (a PID, a namespace)."""
+        return {
+            c["containerId"]: c
+            for c in self.status().get("containers", [])
+            if c.get("state") == "running"
         }
 
     def output_rows(self, spark: SparkSession | None = None) -> list[tuple[str, int, int, int]]:
@@ -243,7 +257,7 @@ def kafka_conf(env: Mapping[str, str]) -> tuple[str, ...]:
 class JobStarter:
     """Starts ``spark-elastic job run`` of :data:`JOB` on the log under ``clicks``.
 
-    Called as ``start_job(containers, store=None, port=0, *extra, job=JOB)``, it returns
+    Called as ``start_job(containers, store=None, port=0, *extra, job=JOB, token=None)``, it returns
     the :class:`RunningJob` once its status URL is printed; :meth:`cleanup`
     stops every job it started and kills what they launched.
     """
@@ -259,6 +273,7 @@ class JobStarter:
         port: int = 0,
         *extra: str,
         job: str | None = None,
+        token: str | None = None,
     ) -> RunningJob:
         clicks = self.clicks
         env = {
@@ -285,11 +300,12 @@ class JobStarter:
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=log_file, text=True
         )
-        job = RunningJob(clicks, process, out=env.get("CLICKS_OUT", str(clicks / "out")))
+        out = env.get("CLICKS_OUT", str(clicks / "out"))
+        job = RunningJob(clicks, process, out=out, token=token)
         self.started.append(job)
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert "http://127.0.0.1:" in line, f"no status URL printed: {line!r}"
+        assert "http://" in line, f"no status URL printed: {line!r}"
         job.url = line[line.index("http://") :].strip().rstrip("/")
         return job
 
