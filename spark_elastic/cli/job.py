@@ -168,7 +168,8 @@ def register(subparsers: Any) -> None:
         default=("se0", "10.77.0.0/24"),
         metavar="NAME=CIDR",
         help="--launcher namespaces: the bridge the containers join, made if missing "
-        "(se0=10.77.0.0/24); the coordinator listens on its first address (--host)",
+        "(se0=10.77.0.0/24); the coordinator listens on one of its addresses (--host): its "
+        "first, or another it adds to the bridge (a standby's; containers take the lowest)",
     )
     run.add_argument(
         "--hide",
@@ -607,20 +608,28 @@ def _launcher(args: argparse.Namespace, logs: Path) -> Launcher:
         raise ArgumentError.invalid("--launcher", "root for namespaces", f"uid {os.geteuid()}")
     name, network = args.bridge
     try:
-        gateway = str(ipaddress.IPv4Network(network).network_address + 1)
+        net = ipaddress.IPv4Network(network)
     except ValueError:
         raise ArgumentError.invalid(
             "--bridge", "NAME=CIDR like se0=10.77.0.0/24", network
         ) from None
-    if args.host != gateway:
+    gateway = str(net.network_address + 1)
+    try:
+        host = ipaddress.IPv4Address(args.host)
+    except ValueError:
+        host = None
+    if host is None or host not in net or host in (net.network_address, net.broadcast_address):
         raise ArgumentError.invalid(
             "--host",
-            f"the bridge's address {gateway} with --launcher namespaces (containers reach the "
-            "coordinator over it)",
+            f"an address of the bridge's network {net} with --launcher namespaces (containers "
+            f"reach the coordinator over it): its own, {gateway}, or, for a standby, another "
+            f"such as {net.broadcast_address - 1}",
             args.host,
         )
     try:
         bridge = Bridge.create(name, network)
+        if args.host != gateway:
+            bridge.add_address(args.host)
     except NamespaceError as exc:
         raise ArgumentError.invalid("--bridge", "a bridge this host can make", str(exc)) from None
     return NamespaceLauncher(

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,18 @@ class RunningJob:
     def job_model(self) -> dict[str, Any]:
         model: dict[str, Any] = get_json(f"{self.url}/jobModel", self.token)
         return model
+
+    def leads(self) -> bool:
+        """Whether this coordinator answers as the job's leader (a standby answers 409)."""
+        try:
+            get_json(f"{self.url}/jobModel", self.token)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 409:
+                return False
+            raise
+        except OSError:
+            return False
+        return True
 
     def settled_model(self) -> dict[str, Any] | None:
         """The job model once no change is in flight, else None: a condition to wait on.
@@ -306,7 +319,8 @@ class JobStarter:
         assert process.stdout is not None
         line = process.stdout.readline()
         assert "http://" in line, f"no status URL printed: {line!r}"
-        job.url = line[line.index("http://") :].strip().rstrip("/")
+        # `status: URL/`, or a standby's `standby: URL/ (the job is led by URL)`.
+        job.url = line[line.index("http://") :].split()[0].rstrip("/")
         return job
 
     def cleanup(self) -> None:

@@ -8,14 +8,22 @@ not mounted. It reaches everything over the bridge: its coordinator
 S3 server, s3proxy (its checkpoints and its Parquet output). Nothing of the
 job is on a disk the containers share.
 
-Then a real network's faults, at once: one container is partitioned (its
-link on the bridge set down) and another paused (SIGSTOP of every process
-of its host) while records arrive. Both are failed over; each successor
-seals its predecessor's commit log in the storage before it reads what was
-published. Healed and woken, the cut-off containers publish nothing more:
-what Spark reads back equals a single key-ordered pass over the broker's
-records, row for row (each record once, nothing lost). Every namespace,
-process and server is removed at the end, failed or not.
+`make test`'s story: a real network's faults at once, one container
+partitioned (its link on the bridge set down) and another paused (SIGSTOP of
+every process of its host) while records arrive. Both are failed over; each
+successor seals its predecessor's commit log in the storage before it reads
+what was published. Healed and woken, the cut-off containers publish nothing
+more: what Spark reads back equals a single key-ordered pass over the
+broker's records, row for row (each record once, nothing lost).
+
+`make test-all`'s story (issue #43's): the same with two coordinators on a
+shared PostgreSQL store, a leader and a standby, each at its own address on
+the bridge (the standby's host is an address, not a network namespace of its
+own: its launcher must put the containers' links on the bridge, which lives
+in the machine's own network namespace). After the faults the leader is
+killed; the standby leads the same containers once the store's lease is out,
+then scales them 3 -> 4 -> 3 and splits the factor 2 -> 4, live. Every
+namespace, process and server is removed at the end, failed or not.
 """
 
 from __future__ import annotations
@@ -25,13 +33,17 @@ import os
 import shutil
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kafka_jvm
 import pytest
 import storage_jvm
+from cli_runner import run_cli
 from jobs import (
     APPLY_DEADLINE_S,
+    CHANGE_DEADLINE_S,
     RECORDS,
     RunningJob,
     all_applied,
@@ -51,6 +63,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "hosts-story"
 TOPIC = "clicks-hosts"
+STORE_LEASE_MS = 9000  # the shared store's lease: at least the containers' lease and margin
 
 
 @pytest.fixture
@@ -100,15 +113,28 @@ def paused(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def test_containers_on_hosts_of_their_own_are_fenced_by_the_storage_through_a_partition_and_a_pause(
+@dataclass
+class Story:
+    """The job's setting: its records on the broker, its files on S3, its ``job run`` options,
+    and the spec's own view of the coordinators' namespaces."""
+
+    records: Clicks
+    base: str
+    options: tuple[str, ...]
+    hosts: NamespaceLauncher
+
+
+@pytest.fixture
+def story(
     bridge: Bridge,
     broker: kafka_jvm.KafkaBroker,
     s3: storage_jvm.StorageServer,
     spark: SparkSession,
-    start_job: Callable[..., RunningJob],
     clicks: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> Iterator[Story]:
+    """The click count at factor 2 over a topic of 4 partitions, its first records produced;
+    every namespace of the bridge removed at the end."""
     kafka_jvm.create_topics(broker.bootstrap, {TOPIC: 4})
     records = Clicks(broker.bootstrap, TOPIC)
     records.produce(RECORDS)
@@ -121,72 +147,169 @@ def test_containers_on_hosts_of_their_own_are_fenced_by_the_storage_through_a_pa
     monkeypatch.setenv("CLICKS_CHECKPOINTS", f"{base}/checkpoints")
     jars = [*kafka_jvm.spark_kafka_jars(), *storage_jvm.s3a_jars()]
     conf = [item for k, v in s3.spark_conf().items() for item in ("--conf", f"{k}={v}")]
-    name = bridge.name
-    job = start_job(
-        3,
-        None,
-        0,
-        *("--launcher", "namespaces", "--bridge", f"{name}={bridge.network}"),
-        *("--host", bridge.gateway, "--token", TOKEN, "--hide", str(clicks)),
+    options = (
+        *("--launcher", "namespaces", "--bridge", f"{bridge.name}={bridge.network}"),
+        *("--token", TOKEN, "--hide", str(clicks), "--logs", str(clicks / "logs")),
         *conf,
         *("--conf", f"spark.jars={','.join(jars)}"),
-        token=TOKEN,
     )
-    # The coordinator's launcher names its namespaces for the bridge: this one sees them.
-    hosts = NamespaceLauncher(bridge, clicks / "spec-logs", prefix=name[:8])
+    # The coordinators' launchers name their namespaces for the bridge: this one sees them.
+    hosts = NamespaceLauncher(bridge, clicks / "spec-logs", prefix=bridge.name[:8])
     try:
-        running = wait_until(
-            "three running containers",
-            lambda: len(rows := job.running_rows()) == 3 and rows,
+        yield Story(records, base, options, hosts)
+    finally:
+        hosts.remove_all()
+
+
+def three_running(job: RunningJob, story: Story, spark: SparkSession) -> dict[str, Any]:
+    """The job's three containers, each a host of its own, once they applied every record."""
+    running = wait_until(
+        "three running containers",
+        lambda: len(rows := job.running_rows()) == 3 and rows,
+        timeout=APPLY_DEADLINE_S,
+    )
+    for row in running.values():
+        assert str(row["handle"]).startswith(f"{story.hosts.prefix}-")  # a host of its own
+    wait_until(
+        "every record applied", all_applied(job, story.records.total, spark), APPLY_DEADLINE_S
+    )
+    return running
+
+
+def cut_and_pause(
+    job: RunningJob, story: Story, spark: SparkSession, running: dict[str, Any]
+) -> None:
+    """Partition one container and pause another while records arrive; both are failed
+    over, each successor seals its predecessor's commit log, and, healed and woken, they exit."""
+    hosts = story.hosts
+    (cut_id, cut), (paused_id, frozen) = sorted(running.items())[:2]
+    frozen_pids = hosts.pids(str(frozen["handle"]), paused_id)
+    assert frozen_pids
+    hosts.cut(str(cut["handle"]))
+    paused(frozen_pids, signal.SIGSTOP)
+    try:
+        story.records.produce(2000)
+        wait_until(
+            "both containers' tasks handed to new generations",
+            lambda: (
+                not {cut_id, paused_id} & {c["containerId"] for c in job.job_model()["containers"]}
+            ),
             timeout=APPLY_DEADLINE_S,
         )
-        for row in running.values():
-            assert str(row["handle"]).startswith(f"{name[:8]}-")  # a host of its own
-        wait_until("every record applied", all_applied(job, records.total, spark), APPLY_DEADLINE_S)
+        wait_until(
+            "every record applied by the successors",
+            all_applied(job, story.records.total, spark),
+            APPLY_DEADLINE_S,
+        )
+    finally:
+        hosts.restore(str(cut["handle"]))
+        paused(frozen_pids, signal.SIGCONT)
+    # Back on the network, each hears it is no longer valid and exits, publishing nothing.
+    for container_id, row in ((cut_id, cut), (paused_id, frozen)):
+        wait_until(
+            f"{container_id} to exit",
+            lambda h=str(row["handle"]), c=container_id: not hosts.pids(h, c),
+            timeout=120,
+        )
+    # Each successor sealed its predecessor's commit log in S3 before it read the output.
+    successors = {c["tasks"][0]: c for c in job.job_model()["containers"] if c["tasks"]}
+    for row in (cut, frozen):
+        heir = successors[row["tasks"][0]]
+        assert sealed_by(spark, f"{story.base}/out", int(row["generation"])) == (
+            f"generation {heir['generation']} ({heir['containerId']})"
+        )
 
-        # A partition and a pause at once, while records arrive.
-        (cut_id, cut), (paused_id, frozen) = sorted(running.items())[:2]
-        frozen_pids = hosts.pids(str(frozen["handle"]), paused_id)
-        assert frozen_pids
-        hosts.cut(str(cut["handle"]))
-        paused(frozen_pids, signal.SIGSTOP)
-        try:
-            records.produce(2000)
-            wait_until(
-                "both containers' tasks handed to new generations",
-                lambda: (
-                    not {cut_id, paused_id}
-                    & {c["containerId"] for c in job.job_model()["containers"]}
-                ),
-                timeout=APPLY_DEADLINE_S,
-            )
-            wait_until(
-                "every record applied by the successors",
-                all_applied(job, records.total, spark),
-                APPLY_DEADLINE_S,
-            )
-        finally:
-            hosts.restore(str(cut["handle"]))
-            paused(frozen_pids, signal.SIGCONT)
-        # Back on the network, each hears it is no longer valid and exits, publishing nothing.
-        for container_id, row in ((cut_id, cut), (paused_id, frozen)):
-            wait_until(
-                f"{container_id} to exit",
-                lambda h=str(row["handle"]), c=container_id: not hosts.pids(h, c),
-                timeout=120,
-            )
-        # Each successor sealed its predecessor's commit log in S3 before it read the output.
-        successors = {c["tasks"][0]: c for c in job.job_model()["containers"] if c["tasks"]}
-        for row in (cut, frozen):
-            heir = successors[row["tasks"][0]]
-            assert sealed_by(spark, f"{base}/out", int(row["generation"])) == (
-                f"generation {heir['generation']} ({heir['containerId']})"
-            )
-        records.produce(1000)
-        wait_until("every record applied", all_applied(job, records.total, spark), APPLY_DEADLINE_S)
-        expected = key_ordered_counts(records_on(broker.bootstrap, TOPIC, records.total), 4)
-        assert len(expected) == records.total
-        assert job.output_rows(spark) == expected
+
+def each_record_once(
+    job: RunningJob, story: Story, broker: kafka_jvm.KafkaBroker, spark: SparkSession
+) -> None:
+    """The output read back equals a single key-ordered pass over the broker's records."""
+    records = story.records
+    wait_until("every record applied", all_applied(job, records.total, spark), APPLY_DEADLINE_S)
+    expected = key_ordered_counts(records_on(broker.bootstrap, TOPIC, records.total), 4)
+    assert len(expected) == records.total
+    assert job.output_rows(spark) == expected
+
+
+def test_containers_on_hosts_of_their_own_are_fenced_by_the_storage_through_a_partition_and_a_pause(
+    story: Story,
+    bridge: Bridge,
+    broker: kafka_jvm.KafkaBroker,
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+) -> None:
+    job = start_job(3, None, 0, *story.options, "--host", bridge.gateway, token=TOKEN)
+    try:
+        cut_and_pause(job, story, spark, three_running(job, story, spark))
+        story.records.produce(1000)
+        each_record_once(job, story, broker, spark)
     finally:
         job.cleanup()
-        hosts.remove_all()
+
+
+@pytest.mark.long
+def test_across_hosts_a_standby_takes_over_the_same_containers_which_scale_and_split_live(
+    story: Story,
+    bridge: Bridge,
+    broker: kafka_jvm.KafkaBroker,
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+    pg_url: str,
+) -> None:
+    # Two coordinators on a shared PostgreSQL store, each at its own address on the bridge:
+    # the leader tells its containers of the standby.
+    standby_host = str(bridge.network.broadcast_address - 1)
+    standby_port = kafka_jvm.free_port()
+    standby_url = f"http://{standby_host}:{standby_port}"
+    shared = (*story.options, "--store", pg_url, "--store-lease-ms", str(STORE_LEASE_MS))
+    leader = start_job(
+        3, None, 0, *shared, "--host", bridge.gateway, "--peer", standby_url, token=TOKEN
+    )
+    standby = start_job(3, None, standby_port, *shared, "--host", standby_host, token=TOKEN)
+    assert standby.url == standby_url
+    try:
+        running = three_running(leader, story, spark)
+        wait_until(
+            "the standby listed by the leader",
+            lambda: [s["url"] for s in leader.status()["coordinator"]["standbys"]],
+        )
+        cut_and_pause(leader, story, spark, running)
+        before = set(leader.running_rows())
+
+        # The leader's host dies (SIGKILL): the standby claims the store once its lease is
+        # out and leads the same containers, which find it themselves.
+        leader.process.kill()
+        leader.process.wait(30)
+        story.records.produce(1000)
+        led = wait_until(
+            "the standby leading",
+            lambda: standby.leads() and standby.status(),
+            timeout=STORE_LEASE_MS / 1000 * 4,
+        )
+        assert led["coordinator"]["url"].rstrip("/") == standby_url
+        assert set(standby.running_rows()) == before  # the same containers, none failed over
+        wait_until(
+            "every record applied",
+            all_applied(standby, story.records.total, spark),
+            APPLY_DEADLINE_S,
+        )
+
+        # 3 -> 4 -> 3 containers and a split 2 -> 4, each live while records arrive.
+        for change, settled in (
+            (("--containers", "4"), lambda m: len(m["containers"]) == 4),
+            (("--containers", "3"), lambda m: len(m["containers"]) == 3),
+            (("--elasticity-factor", "4"), lambda m: m["elasticityFactor"] == 4),
+        ):
+            asked = run_cli("job", "scale", standby.url, *change, "--token", TOKEN)
+            assert asked.returncode == 0, asked.stderr
+            story.records.produce(1000)
+            wait_until(
+                f"{' '.join(change)} settled",
+                lambda s=settled: (m := standby.settled_model()) and s(m),
+                timeout=CHANGE_DEADLINE_S,
+            )
+        story.records.produce(1000)
+        each_record_once(standby, story, broker, spark)
+    finally:
+        standby.cleanup()
+        leader.cleanup()

@@ -129,6 +129,20 @@ class Bridge:
         """The address of host ``number`` (2 and up) on the bridge."""
         return str(self.network.network_address + number)
 
+    def add_address(self, address: str) -> None:
+        """Give the bridge another address of its network (a standby coordinator's), if it
+        has not got it yet; containers are numbered from the bottom, so take one near the top.
+
+        Raises
+        ------
+        ArgumentError
+            ``address`` is not in the bridge's network.
+        """
+        if ipaddress.IPv4Address(address) not in self.network:
+            raise ArgumentError.invalid("address", f"an address of {self.network}", address)
+        if f"inet {address}/" not in ip("-4", "addr", "show", "dev", self.name):
+            ip("addr", "add", f"{address}/{self.network.prefixlen}", "dev", self.name)
+
     def delete(self) -> None:
         """Remove the bridge (the containers' links on it go with their namespaces)."""
         ip("link", "del", self.name, check=False)
