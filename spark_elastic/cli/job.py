@@ -169,7 +169,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME=CIDR",
         help="--launcher namespaces: the bridge the containers join, made if missing "
         "(se0=10.77.0.0/24); the coordinator listens on one of its addresses (--host): its "
-        "first, or another it adds to the bridge (a standby's; containers take the lowest)",
+        "first, or another it adds to the bridge (a standby's; no container is given it)",
     )
     run.add_argument(
         "--hide",
@@ -628,13 +628,18 @@ def _launcher(args: argparse.Namespace, logs: Path) -> Launcher:
         )
     try:
         bridge = Bridge.create(name, network)
+        launcher = NamespaceLauncher(
+            bridge, logs, prefix=name[:8], hidden=tuple(Path(d) for d in args.hide)
+        )
         if args.host != gateway:
+            if any(launcher.address_of(h) == args.host for h in launcher.namespaces()):
+                raise ArgumentError.invalid(
+                    "--host", "an address of the bridge no container holds", args.host
+                )
             bridge.add_address(args.host)
     except NamespaceError as exc:
         raise ArgumentError.invalid("--bridge", "a bridge this host can make", str(exc)) from None
-    return NamespaceLauncher(
-        bridge, logs, prefix=name[:8], hidden=tuple(Path(d) for d in args.hide)
-    )
+    return launcher
 
 
 def _check_lease_options(args: argparse.Namespace) -> None:

@@ -50,10 +50,13 @@ from jobs import (
     key_ordered_counts,
     wait_until,
 )
+from jvm import CONTAINER_JAVA_OPTIONS
 from kafka_clicks import Clicks, records_on
 from pyspark.sql import SparkSession
+from spark_cluster import SPARK_HOME, _wait_for
 
 from spark_elastic.runtime.coordinator.launchers.namespaces import Bridge, NamespaceLauncher
+from spark_elastic.runtime.protocol import CONTAINER_ID_ENV
 from spark_elastic.runtime.sinks import COMMITS_DIR
 from spark_elastic.storage import CommitLog, open_storage
 
@@ -313,3 +316,101 @@ def test_across_hosts_a_standby_takes_over_the_same_containers_which_scale_and_s
     finally:
         standby.cleanup()
         leader.cleanup()
+
+
+@contextlib.contextmanager
+def cluster_on_hosts(bridge: Bridge, root: Path, workers: int) -> Iterator[str]:
+    """A Spark standalone master and ``workers`` workers, each a host of its own on the
+    bridge (pyspark's own ``spark-class``, the job's directory ``root`` not mounted);
+    yields the master's URL. They share the story's namespace names, so no address is
+    handed out twice; the story's ``remove_all`` ends them."""
+    env = {
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        "SPARK_DAEMON_JAVA_OPTS": CONTAINER_JAVA_OPTIONS,
+    }
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    logs = root.parent / f"{root.name}-cluster"
+
+    def host(name: str, *command: str) -> str:
+        launcher = NamespaceLauncher(
+            bridge, logs, prefix=bridge.name[:8], hidden=(root,), command=(spark_class, *command)
+        )
+        return launcher.address_of(launcher.launch(name, {**env, CONTAINER_ID_ENV: name}))
+
+    master = host(
+        "spark-master",
+        "org.apache.spark.deploy.master.Master",
+        "--port",
+        "7077",
+        "--webui-port",
+        "0",
+    )
+    url = f"spark://{master}:7077"
+    _wait_for(r"Starting Spark master at", logs / "spark-master.log", "the master")
+    for i in range(workers):
+        host(
+            f"spark-worker-{i}",
+            *("org.apache.spark.deploy.worker.Worker", url, "--webui-port", "0"),
+            *("--cores", "2", "--memory", "2g", "--work-dir", str(logs / f"work-{i}")),
+        )
+    _wait_for(r"Registering worker", logs / "spark-master.log", f"{workers} workers", workers)
+    yield url
+
+
+@pytest.mark.long
+def test_a_containers_executors_run_on_workers_that_are_hosts_of_their_own(
+    story: Story,
+    bridge: Bridge,
+    broker: kafka_jvm.KafkaBroker,
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+) -> None:
+    # Each container is a Spark driver on a host of its own; its executors run on a
+    # standalone cluster whose master and workers are hosts of their own too, reaching the
+    # driver, the broker and S3 over the bridge.
+    with cluster_on_hosts(bridge, clicks, workers=2) as master:
+        job = start_job(
+            2,
+            None,
+            0,
+            *story.options,
+            *("--host", bridge.gateway, "--master", master),
+            *("--conf", "spark.cores.max=1", "--conf", "spark.executor.memory=512m"),
+            token=TOKEN,
+        )
+        try:
+            running = wait_until(
+                "two running containers",
+                lambda: len(rows := job.running_rows()) == 2 and rows,
+                timeout=APPLY_DEADLINE_S,
+            )
+            wait_until(
+                "every record applied",
+                all_applied(job, story.records.total, spark),
+                APPLY_DEADLINE_S,
+            )
+            master_log = (clicks.parent / f"{clicks.name}-cluster" / "spark-master.log").read_text()
+            assert master_log.count("Registering app ") >= 2  # each container its application
+            assert "Launching executor" in master_log
+            # A partitioned container is failed over; its successor's executors take its tasks.
+            (cut_id, cut) = sorted(running.items())[0]
+            story.hosts.cut(str(cut["handle"]))
+            try:
+                story.records.produce(1000)
+                wait_until(
+                    "its tasks handed to a new generation",
+                    lambda: cut_id not in {c["containerId"] for c in job.job_model()["containers"]},
+                    timeout=APPLY_DEADLINE_S,
+                )
+                wait_until(
+                    "every record applied",
+                    all_applied(job, story.records.total, spark),
+                    APPLY_DEADLINE_S,
+                )
+            finally:
+                story.hosts.restore(str(cut["handle"]))
+            each_record_once(job, story, broker, spark)
+        finally:
+            job.cleanup()

@@ -158,3 +158,14 @@ def test_a_partitioned_and_a_paused_container_are_failed_over_and_the_cut_off_on
         c: row["handle"] for c, row in after.items()
     }
     assert call(f"{hosts.url}/jobModel", token=TOKEN)[0] == 200
+
+
+def test_no_container_is_given_an_address_the_bridge_holds_a_standby_coordinators(
+    bridge: Bridge, tmp_path: Path
+) -> None:
+    standby = bridge.address(2)
+    bridge.add_address(standby)
+    assert 2 in bridge.own_numbers()
+    assert 1 in bridge.own_numbers()  # its first address, the leader's
+    launcher = NamespaceLauncher(bridge, tmp_path / "logs", prefix=f"sen{os.getpid() % 10_000}")
+    assert launcher._next_number() == 3

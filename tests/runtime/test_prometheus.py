@@ -184,6 +184,14 @@ def test_every_metric_the_dashboard_charts_is_one_the_coordinator_exposes(
         for line in exposed.splitlines()
         if line and not line.startswith("#")
     }
+    # Only running containers have series: each scale or failover makes new ones.
+    ended = [c["containerId"] for c in job.status()["containers"] if c["state"] == "retired"]
+    assert ended
+    assert not [
+        line
+        for line in exposed.splitlines()
+        if line.startswith("spark_elastic_records_") and any(f'"{c}"' in line for c in ended)
+    ]
     charted = {m for e in dashboard_queries() for m in re.findall(r"spark_elastic_\w+", e)}
     assert charted, "the dashboard charts nothing"
     assert charted <= names, charted - names

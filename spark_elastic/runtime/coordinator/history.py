@@ -209,12 +209,15 @@ class History:
 
     def __init__(self, store: Store, wall: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.wall = wall
         now = wall()
         self.samples: collections.deque[Sample] = collections.deque(
             (Sample.from_json(d) for d in store.samples(now - KEEP_S)),
             maxlen=int(KEEP_S / SAMPLE_S) + 1,
         )
+        # A predecessor whose clock ran ahead of this one's (another host's): this history's
+        # time goes on from its last sample, never back, so samples stay in order.
+        ahead = self.samples[-1].at - now + SAMPLE_S if self.samples else 0.0
+        self.wall = wall if ahead <= 0 else (lambda: wall() + ahead)
         self.spans: dict[str, Span] = {
             d["id"]: Span.from_json(d) for d in store.spans(now - KEEP_S)
         }
@@ -326,14 +329,19 @@ def _rate(
     pick: Callable[[Sample], Mapping[str, int]],
     key: str,
     gap: float = GAP_S,
+    from_zero: bool = True,
 ) -> float | None:
     """Records a second of ``key`` between two neighbouring samples, or None (a gap, or
-    ``key`` not counted in ``after``)."""
+    ``key`` not counted in ``after``, or, unless ``from_zero``, not in ``before``)."""
     now = pick(after).get(key)
-    if before is None or now is None or after.at - before.at > gap:
+    if before is None or now is None or not 0 < after.at - before.at <= gap:
         return None
-    # A container's first sample counts from 0: its totals started with it.
-    return max(now - pick(before).get(key, 0), 0) / (after.at - before.at)
+    # A container's first sample counts from 0: its totals started with it. A task's
+    # committed offsets did not: its first sample has no rate.
+    then = pick(before).get(key, 0 if from_zero else None)
+    if then is None:
+        return None
+    return max(now - then, 0) / (after.at - before.at)
 
 
 def _total_rate(
@@ -342,7 +350,7 @@ def _total_rate(
     pick: Callable[[Sample], Mapping[str, int]],
     gap: float = GAP_S,
 ) -> float | None:
-    if before is None or after.at - before.at > gap:
+    if before is None or not 0 < after.at - before.at <= gap:
         return None
     counted = sum(pick(after).values()) - sum(
         v for k, v in pick(before).items() if k in pick(after)
@@ -351,16 +359,20 @@ def _total_rate(
 
 
 def _thinned(samples: Sequence[Sample], step: int) -> list[Sample]:
-    """Every ``step``-th sample, the newest always, each with the longest batches of the
+    """The newest sample of each interval of ``step`` samples' time (intervals fixed in
+    time, so a chart polled again keeps its points), each with the longest batches of the
     samples it stands for."""
-    kept = []
-    for end in range(len(samples) - 1, -1, -step):
-        longest: dict[str, int] = {}
-        for s in samples[max(0, end - step + 1) : end + 1]:
-            for c, ms in s.batch_ms.items():
-                longest[c] = max(longest.get(c, 0), ms)
-        kept.append(replace(samples[end], batch_ms=longest))
-    return kept[::-1]
+    width = SAMPLE_S * step
+    kept: list[Sample] = []
+    longest: dict[str, int] = {}
+    for i, sample in enumerate(samples):
+        for c, ms in sample.batch_ms.items():
+            longest[c] = max(longest.get(c, 0), ms)
+        last = i == len(samples) - 1
+        if last or samples[i + 1].at // width != sample.at // width:
+            kept.append(replace(sample, batch_ms=longest))
+            longest = {}
+    return kept
 
 
 def _lag(value: int | None) -> int | None:
@@ -456,7 +468,7 @@ def series(
         "tasks": {
             t: {
                 "lag": [_lag(s.lag.get(t)) for s in shown],
-                "rate": _rounded(_rate(b, a, committed, t, gap) for b, a in pairs),
+                "rate": _rounded(_rate(b, a, committed, t, gap, False) for b, a in pairs),
             }
             for t in tasks
         },

@@ -147,6 +147,17 @@ class InFlight:
         self._spans(db, old, change, result, outcome)
         self.change = change
 
+    def open_span_ids(self) -> set[str]:
+        """The spans of :mod:`.history` the change in flight keeps open: its own, and its
+        warm-ups' while they warm up."""
+        change = self.change
+        if change is None:
+            return set()
+        ids = {_change_id(change)}
+        if _warming(change) is not None:
+            ids.add(_warm_up_id(change))
+        return ids
+
     def _spans(
         self, db: Any, old: Change | None, new: Change | None, result: str, outcome: str
     ) -> None:

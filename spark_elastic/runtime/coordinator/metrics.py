@@ -143,8 +143,11 @@ class Metrics:
         states: dict[str, int] = {}
         for c in status["containers"]:
             states[c["state"]] = states.get(c["state"], 0) + 1
-            if c["readAmplification"] is not None:
+            if c["state"] in _LIVE and c["readAmplification"] is not None:
                 self.amplification.labels(c["containerId"]).set(c["readAmplification"])
+            else:  # ended: its series goes, as the container did
+                with contextlib.suppress(KeyError):
+                    self.amplification.remove(c["containerId"])
         for state in ("launching", "warm", "running", "expired", "retired", "stopped"):
             self.containers.labels(state).set(states.get(state, 0))
         for task in status["tasks"]:
@@ -169,12 +172,13 @@ class _FromStatus(Collector):
             return
         read = CounterMetricFamily(
             "spark_elastic_records_read",
-            "Records a container's query read (its tasks' partitions, other buckets included)",
+            "Records a running container's query read (its tasks' partitions, other buckets "
+            "included)",
             labels=["container"],
         )
         processed = CounterMetricFamily(
             "spark_elastic_records_processed",
-            "Records of its own tasks a container processed",
+            "Records of its own tasks a running container processed",
             labels=["container"],
         )
         batch = GaugeMetricFamily(
@@ -182,10 +186,14 @@ class _FromStatus(Collector):
             "A running container's last micro-batch, from its trigger to its commit",
             labels=["container"],
         )
+        # Live containers only: every failover or scale makes new ones, and an ended one's
+        # series would stay forever (its last increments are in the scrapes before it ended).
         for c in status["containers"]:
+            if c["state"] not in _LIVE:
+                continue
             read.add_metric([c["containerId"]], c["recordsRead"])
             processed.add_metric([c["containerId"]], c["recordsProcessed"])
-            if c["state"] in _LIVE and c.get("lastBatchMs") is not None:
+            if c.get("lastBatchMs") is not None:
                 batch.add_metric([c["containerId"]], c["lastBatchMs"] / 1000)
         yield read
         yield processed

@@ -230,8 +230,8 @@ def render_fragment(status: dict[str, Any]) -> dict[str, str]:
 _CHARTS = """<section id="charts" data-sample-s="{sample_s:g}">
 <h2>Recent history <span class="windows">{windows}</span></h2>
 <p class="bands">Bands: each change from its start to its end (a strip on top says how it
-ended: <span class="ok">done, ready, registered, resumed</span>, <span class="bad">rolled back or
-cut short</span>, <span class="on">still under way</span>).</p>
+ended: <span class="ok">done, ready, registered, resumed</span>, <span class="bad">rolled back,
+cut short or any other end</span>, <span class="on">still under way</span>).</p>
 <div class="chart" id="chart-rate" data-title="Records per second (job)"></div>
 <div class="chart" id="chart-lag" data-title="Input lag, records (job, and the tasks with most)">
 </div>

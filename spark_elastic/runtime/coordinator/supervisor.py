@@ -56,6 +56,7 @@ The recipe, in small steps:
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -267,10 +268,21 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
             except Exception as exc:  # an optional policy must never stop leases and failovers
                 self.autoscaling.failed(exc, len(self.model.containers))
         if self.history.due():
-            self._sample()
+            try:
+                self._sample()
+            except StoreError:
+                raise  # as any write of the tick's: the caller knows what a store error means
+            except Exception as exc:  # an observation must never stop leases and failovers
+                self.count("history_failures")
+                print(
+                    f"spark-elastic coordinator: the history's sample failed: "
+                    f"{type(exc).__name__}: {exc}",
+                    file=sys.stderr,
+                )
 
     def _sample(self) -> None:
-        """A sample of the job's history (:mod:`.history`): what the store counts now."""
+        """A sample of the job's history (:mod:`.history`): what the store counts now, and
+        the spans left open that nothing keeps open any more ended."""
         progress = self.store.progress()
         lags = self._task_lags(progress)
         planned = task_partitions(self.shape.grouper, self.model)
@@ -283,10 +295,20 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
             for s in self.history.open_spans("failover")
             if s.id.split(":", 1)[1] not in running
         ]
-        if orphans:
+        # A change's spans whose end was not written (a commit that failed, a coordinator
+        # killed between two transactions): the change in flight says which are open.
+        lost = [
+            s.id
+            for kind in ("scale", "factor", "growth", "warm-up")
+            for s in self.history.open_spans(kind)
+            if s.id not in self.flight.open_span_ids()
+        ]
+        if orphans or lost:
             with self.store.transaction() as db:
                 for span_id in orphans:
                     self.history.end(db, span_id, "cut short", "its successor ended unregistered")
+                for span_id in lost:
+                    self.history.end(db, span_id, "cut short", "no longer in flight")
         self.history.sample(
             {c: totals for c, totals in self.store.throughput().items() if c in running},
             lags,

@@ -129,9 +129,23 @@ class Bridge:
         """The address of host ``number`` (2 and up) on the bridge."""
         return str(self.network.network_address + number)
 
+    def own_numbers(self) -> list[int]:
+        """The host numbers of the bridge's own addresses in its network (its first, and any
+        added: a standby coordinator's), which no container is given."""
+        shown = ip("-4", "-o", "addr", "show", "dev", self.name, check=False)
+        numbers = []
+        for word in shown.split():
+            address = word.split("/")[0]
+            with contextlib.suppress(ValueError):
+                if ipaddress.IPv4Address(address) in self.network:
+                    numbers.append(
+                        int(ipaddress.IPv4Address(address)) - int(self.network.network_address)
+                    )
+        return numbers
+
     def add_address(self, address: str) -> None:
         """Give the bridge another address of its network (a standby coordinator's), if it
-        has not got it yet; containers are numbered from the bottom, so take one near the top.
+        has not got it yet; a launcher skips the bridge's addresses as it numbers containers.
 
         Raises
         ------
@@ -253,6 +267,8 @@ class NamespaceLauncher:
         """The next free host number after the last one handed out, so a name (and an
         address) is not given again while the bridge has others free."""
         taken = {self._number(n) for n in self.namespaces()}
+        # And the bridge's own addresses (a standby coordinator's, say): never a container's.
+        taken |= set(self.bridge.own_numbers())
         hosts = range(2, self.bridge.network.num_addresses - 1)
         if self._last is None:
             self._last = max((n for n in taken if n is not None), default=1)

@@ -66,7 +66,7 @@
 
   function draw(id, title, lines, data, yLabel) {
     const el = document.getElementById(id);
-    const key = lines.map((l) => l.label).join("\u0000");
+    const key = [title].concat(lines.map((l) => l.label)).join("\u0000");
     const width = Math.max(400, el.clientWidth || root.clientWidth || 900);
     let chart = charts[id];
     if (chart && chart.key !== key) {
@@ -181,9 +181,13 @@
 
   async function refresh() {
     try {
+      const json = (r) => {
+        if (!r.ok) throw new Error(r.url + ": HTTP " + r.status);  // 429, a standby's 409
+        return r.json();
+      };
       const [h, live] = await Promise.all([
-        fetch("history.json?window=" + windowS).then((r) => r.json()),
-        fetch("?fragment=1").then((r) => r.json()),
+        fetch("history.json?window=" + windowS).then(json),
+        fetch("?fragment=1").then(json),
       ]);
       document.getElementById("head").innerHTML = live.head;
       document.getElementById("tables").innerHTML = live.tables;
