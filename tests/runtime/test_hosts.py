@@ -32,6 +32,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,19 @@ def clicks(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def free_network(second: int) -> str:
+    """A /24 of 10.``second``.0.0/16 no interface of this machine is on (two workers of one
+    test session, whose PIDs pick where to look first, do not share a bridge's network)."""
+    shown = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    for step in range(200):
+        network = f"10.{second}.{(os.getpid() + step) % 200}.0/24"
+        if f" {network.rsplit('.', 1)[0]}." not in shown:
+            return network
+    raise AssertionError(f"no free /24 in 10.{second}.0.0/16")
+
+
 @pytest.fixture
 def bridge() -> Iterator[Bridge]:
     """A bridge of this worker's own, removed at the end (root only; CI is root)."""
@@ -82,7 +96,7 @@ def bridge() -> Iterator[Bridge]:
         if os.environ.get("CI"):
             pytest.fail("CI runs the namespace specs as root, with iproute2 and util-linux")
         pytest.skip("namespaces need root, ip (iproute2) and unshare (util-linux)")
-    made = Bridge.create(f"seh{os.getpid() % 100_000}", f"10.79.{os.getpid() % 200}.0/24")
+    made = Bridge.create(f"seh{os.getpid() % 100_000}", free_network(79))
     try:
         yield made
     finally:
