@@ -22,8 +22,11 @@ the bridge (the standby's host is an address, not a network namespace of its
 own: its launcher must put the containers' links on the bridge, which lives
 in the machine's own network namespace). After the faults the leader is
 killed; the standby leads the same containers once the store's lease is out,
-then scales them 3 -> 4 -> 3 and splits the factor 2 -> 4, live. Every
-namespace, process and server is removed at the end, failed or not.
+then scales them 3 -> 4 -> 3 and splits the factor 2 -> 4, live. Also in
+`make test-all`: the containers' executors on a Spark standalone cluster
+whose master and workers are hosts of their own on the bridge, through a
+partition. Every namespace, process and server is removed at the end,
+failed or not.
 """
 
 from __future__ import annotations
