@@ -242,10 +242,14 @@ def _answers(url: str) -> bool:
 
 @contextmanager
 def running_s3(
-    timeout_s: float = START_TIMEOUT_S, host: str = "127.0.0.1"
+    timeout_s: float = START_TIMEOUT_S, host: str = "127.0.0.1", bucket: str = S3_BUCKET
 ) -> Iterator[StorageServer]:
     """s3proxy on a free port of ``host`` (a bridge's address, for containers on hosts of
-    their own) over a temporary directory, with bucket :data:`S3_BUCKET`.
+    their own) over a temporary directory, with ``bucket``.
+
+    A second server in one test session needs a bucket of its own: Hadoop caches a
+    FileSystem per bucket, so a session that reached the first server's ``jobs`` would
+    go on reaching it there.
 
     Raises
     ------
@@ -255,7 +259,7 @@ def running_s3(
     jar = _jars(S3PROXY_JARS, "s3proxy")[0]
     workdir = Path(tempfile.mkdtemp(prefix="spark-elastic-s3-"))
     store = workdir / "store"
-    (store / S3_BUCKET).mkdir(parents=True)  # the filesystem store's bucket is a directory
+    (store / bucket).mkdir(parents=True)  # the filesystem store's bucket is a directory
     port = free_port(host)
     endpoint = f"http://{host}:{port}"
     (workdir / "s3proxy.conf").write_text(
@@ -283,20 +287,20 @@ def running_s3(
             took,
         ):
             yield StorageServer(
-                f"s3a://{S3_BUCKET}",
+                f"s3a://{bucket}",
                 process.pid,
                 workdir,
                 workdir / "server.log",
                 {
-                    f"fs.s3a.bucket.{S3_BUCKET}.endpoint": endpoint,
-                    f"fs.s3a.bucket.{S3_BUCKET}.endpoint.region": "us-east-1",
-                    f"fs.s3a.bucket.{S3_BUCKET}.access.key": S3_ACCESS_KEY,
-                    f"fs.s3a.bucket.{S3_BUCKET}.secret.key": S3_SECRET_KEY,
-                    f"fs.s3a.bucket.{S3_BUCKET}.path.style.access": "true",
-                    f"fs.s3a.bucket.{S3_BUCKET}.connection.ssl.enabled": "false",
+                    f"fs.s3a.bucket.{bucket}.endpoint": endpoint,
+                    f"fs.s3a.bucket.{bucket}.endpoint.region": "us-east-1",
+                    f"fs.s3a.bucket.{bucket}.access.key": S3_ACCESS_KEY,
+                    f"fs.s3a.bucket.{bucket}.secret.key": S3_SECRET_KEY,
+                    f"fs.s3a.bucket.{bucket}.path.style.access": "true",
+                    f"fs.s3a.bucket.{bucket}.connection.ssl.enabled": "false",
                     # A client that finds the server gone gives up within seconds, not minutes.
-                    f"fs.s3a.bucket.{S3_BUCKET}.attempts.maximum": "2",
-                    f"fs.s3a.bucket.{S3_BUCKET}.retry.limit": "2",
+                    f"fs.s3a.bucket.{bucket}.attempts.maximum": "2",
+                    f"fs.s3a.bucket.{bucket}.retry.limit": "2",
                 },
                 took,
             )

@@ -116,7 +116,8 @@ def broker(bridge: Bridge) -> Iterator[kafka_jvm.KafkaBroker]:
 @pytest.fixture
 def s3(bridge: Bridge) -> Iterator[storage_jvm.StorageServer]:
     """s3proxy on the bridge's address."""
-    with storage_jvm.running_s3(host=bridge.gateway) as started:
+    # A bucket of its own: the session's Spark may have reached the session's s3proxy's.
+    with storage_jvm.running_s3(host=bridge.gateway, bucket="hosts") as started:
         yield started
 
 
@@ -159,7 +160,7 @@ def story(
     records = Clicks(broker.bootstrap, TOPIC)
     records.produce(RECORDS)
     s3.reach_from(spark)
-    base = f"{s3.uri}/hosts"
+    base = f"{s3.uri}/clicks"
     monkeypatch.setenv("CLICKS_KAFKA", broker.bootstrap)
     monkeypatch.setenv("CLICKS_TOPIC", TOPIC)
     monkeypatch.setenv("CLICKS_FACTOR", "2")
