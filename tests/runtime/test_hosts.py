@@ -36,6 +36,7 @@ import os
 import shutil
 import signal
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,8 +117,11 @@ def broker(bridge: Bridge) -> Iterator[kafka_jvm.KafkaBroker]:
 @pytest.fixture
 def s3(bridge: Bridge) -> Iterator[storage_jvm.StorageServer]:
     """s3proxy on the bridge's address."""
-    # A bucket of its own: the session's Spark may have reached the session's s3proxy's.
-    with storage_jvm.running_s3(host=bridge.gateway, bucket="hosts") as started:
+    # A bucket of its own, each story's: Hadoop caches a FileSystem per bucket, and the
+    # session's Spark may have reached another server's (the session's s3proxy, or an
+    # earlier story's) under the same name.
+    bucket = f"hosts-{uuid.uuid4().hex[:8]}"
+    with storage_jvm.running_s3(host=bridge.gateway, bucket=bucket) as started:
         yield started
 
 
