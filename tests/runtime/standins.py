@@ -16,7 +16,9 @@ import contextlib
 import http.server
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_elastic.runtime.coordinator.launchers import LocalLauncher
+from spark_elastic.runtime.coordinator.launchers.namespaces import Bridge
 from spark_elastic.runtime.coordinator.server import CoordinatorServer, bind
 from spark_elastic.runtime.coordinator.stores import SQLiteStore
 from spark_elastic.runtime.coordinator.supervisor import JobShape, Supervisor
@@ -212,3 +215,34 @@ def alive(pid: int) -> bool:
         # A zombie (exited, not yet reaped by its parent) is not running.
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     return True
+
+
+def free_network(second: int) -> str:
+    """A /24 of 10.``second``.0.0/16 no interface of this machine is on (two workers of one
+    test session, whose PIDs pick where to look first, do not share a bridge's network)."""
+    shown = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    for step in range(200):
+        network = f"10.{second}.{(os.getpid() + step) % 200}.0/24"
+        if f" {network.rsplit('.', 1)[0]}." not in shown:
+            return network
+    raise AssertionError(f"no free /24 in 10.{second}.0.0/16")
+
+
+@contextlib.contextmanager
+def worker_bridge(prefix: str, second: int) -> Iterator[Bridge]:
+    """A bridge of this worker's own (named for its PID, on a free /24 of 10.``second``),
+    removed at the end; skips without root, ``ip`` or ``unshare`` (fails under CI, which
+    has them)."""
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs the namespace specs as root, with iproute2 and util-linux")
+        pytest.skip("namespaces need root, ip (iproute2) and unshare (util-linux)")
+    made = Bridge.create(f"{prefix}{os.getpid() % 100_000}", free_network(second))
+    try:
+        yield made
+    finally:
+        made.delete()

@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,6 +57,7 @@ from jvm import CONTAINER_JAVA_OPTIONS
 from kafka_clicks import Clicks, records_on
 from pyspark.sql import SparkSession
 from spark_cluster import SPARK_HOME, _wait_for
+from standins import worker_bridge
 
 from spark_elastic.runtime.coordinator.launchers.namespaces import Bridge, NamespaceLauncher
 from spark_elastic.runtime.protocol import CONTAINER_ID_ENV
@@ -80,31 +79,11 @@ def clicks(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def free_network(second: int) -> str:
-    """A /24 of 10.``second``.0.0/16 no interface of this machine is on (two workers of one
-    test session, whose PIDs pick where to look first, do not share a bridge's network)."""
-    shown = subprocess.run(
-        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    for step in range(200):
-        network = f"10.{second}.{(os.getpid() + step) % 200}.0/24"
-        if f" {network.rsplit('.', 1)[0]}." not in shown:
-            return network
-    raise AssertionError(f"no free /24 in 10.{second}.0.0/16")
-
-
 @pytest.fixture
 def bridge() -> Iterator[Bridge]:
     """A bridge of this worker's own, removed at the end (root only; CI is root)."""
-    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI runs the namespace specs as root, with iproute2 and util-linux")
-        pytest.skip("namespaces need root, ip (iproute2) and unshare (util-linux)")
-    made = Bridge.create(f"seh{os.getpid() % 100_000}", free_network(79))
-    try:
+    with worker_bridge("seh", 79) as made:
         yield made
-    finally:
-        made.delete()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ namespace and process is removed at the end, failed or not.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from standins import HERE, Coordinator, call, wait_until
+from standins import HERE, Coordinator, call, wait_until, worker_bridge
 
 from spark_elastic.runtime.coordinator.launchers.namespaces import Bridge, NamespaceLauncher
 
@@ -32,16 +31,8 @@ TOKEN = "namespaces-spec"
 @pytest.fixture
 def bridge() -> Iterator[Bridge]:
     """A bridge of this worker's own (name and network from its PID), removed at the end."""
-    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI runs the namespace specs as root, with iproute2 and util-linux")
-        pytest.skip("namespaces need root, ip (iproute2) and unshare (util-linux)")
-    tag = os.getpid() % 200
-    made = Bridge.create(f"sebr{os.getpid() % 100_000}", f"10.78.{tag}.0/24")
-    try:
+    with worker_bridge("sebr", 78) as made:
         yield made
-    finally:
-        made.delete()
 
 
 @pytest.fixture
