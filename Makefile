@@ -70,29 +70,34 @@ cds: $(STAMP) java
 
 # Jars from Maven Central, fetched once into .cache/jars (see maven/*/pom.xml): an Apache
 # Kafka broker (kafka/), Spark's Kafka connector without what pyspark ships (spark-kafka/),
-# a MiniDFSCluster (hdfs/), an S3 server (s3proxy/) and Hadoop's S3A client (s3a/).
+# a MiniDFSCluster (hdfs/), an S3 server (s3proxy/), Hadoop's S3A client (s3a/) and a
+# Kubernetes API server (k8s-mock/: fabric8's mock server in CRUD mode).
 JARS       := .cache/jars
 JARS_STAMP := $(JARS)/.fetched
 # What pyspark's jars/ already holds, left out of the S3A client's jars.
 PYSPARK_HAS := io.netty,org.slf4j,commons-codec,commons-logging,org.apache.httpcomponents
 
-$(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml maven/hdfs/pom.xml maven/s3proxy/pom.xml maven/s3a/pom.xml
+$(JARS_STAMP): maven/kafka/pom.xml maven/spark-kafka/pom.xml maven/hdfs/pom.xml maven/s3proxy/pom.xml maven/s3a/pom.xml maven/k8s-mock/pom.xml
 	@command -v java >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' needs Java 17 and 'java' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
 	@command -v mvn >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' fetches jars from Maven Central with Maven and 'mvn' was not found on PATH; install it (e.g. 'apt-get install maven') and retry" >&2; exit 1; }
-	rm -rf $(JARS)/kafka $(JARS)/spark-kafka $(JARS)/hdfs $(JARS)/s3proxy $(JARS)/s3a
+	rm -rf $(JARS)/kafka $(JARS)/spark-kafka $(JARS)/hdfs $(JARS)/s3proxy $(JARS)/s3a $(JARS)/k8s-mock
 	mvn -q -B -f maven/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/kafka)
 	mvn -q -B -f maven/spark-kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/spark-kafka)
 	mvn -q -B -f maven/hdfs/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/hdfs)
 	mvn -q -B -f maven/s3proxy/pom.xml dependency:copy -DoutputDirectory=$(abspath $(JARS)/s3proxy)
 	mvn -q -B -f maven/s3a/pom.xml dependency:copy-dependencies -DexcludeGroupIds=$(PYSPARK_HAS) -DoutputDirectory=$(abspath $(JARS)/s3a)
+	mvn -q -B -f maven/k8s-mock/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(JARS)/k8s-mock)
 	@touch $@
 
 # spark-elastic's own jars, compiled from java/ against pyspark's jars: the `gated-kafka`
 # source (Spark's Kafka source held at a gate file) beside the connector's jars, and the S3
-# checkpoint manager (a no-overwrite create is a conditional put) beside the S3A client's.
+# checkpoint manager (a no-overwrite create is a conditional put) beside the S3A client's;
+# and, against the mock server's jars, the main that starts it (java/.../k8smock).
 GATED_JAR := $(JARS)/spark-kafka/spark-elastic-gated-kafka.jar
 S3A_JAR   := $(JARS)/s3a/spark-elastic-s3a.jar
-JAVA_SRC  := $(shell find java -type f)
+K8S_JAR   := $(JARS)/k8s-mock/spark-elastic-k8s-mock.jar
+K8S_SRC   := $(shell find java/io/github/sparkelastic/k8smock -type f)
+JAVA_SRC  := $(filter-out $(K8S_SRC),$(shell find java -type f))
 
 $(GATED_JAR) $(S3A_JAR) &: $(JAVA_SRC) $(JARS_STAMP) $(STAMP)
 	@command -v javac >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' compiles java/ and 'javac' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
@@ -104,7 +109,14 @@ $(GATED_JAR) $(S3A_JAR) &: $(JAVA_SRC) $(JARS_STAMP) $(STAMP)
 	jar cf $(GATED_JAR) -C build/java META-INF -C build/java io/github/sparkelastic/kafka
 	jar cf $(S3A_JAR) -C build/java io/github/sparkelastic/s3a
 
-jars: $(JARS_STAMP) $(GATED_JAR) $(S3A_JAR)
+$(K8S_JAR): $(K8S_SRC) $(JARS_STAMP)
+	@command -v javac >/dev/null 2>&1 || { echo "spark-elastic: 'make jars' compiles java/ and 'javac' was not found on PATH; install a JDK 17 (e.g. 'apt-get install openjdk-17-jdk-headless') and retry" >&2; exit 1; }
+	rm -rf build/k8s-mock && mkdir -p build/k8s-mock
+	javac -Xlint:all,-path,-processing -Werror --release 17 -d build/k8s-mock \
+		-cp "$(JARS)/k8s-mock/*" $(K8S_SRC)
+	jar cf $(K8S_JAR) -C build/k8s-mock io/github/sparkelastic/k8smock
+
+jars: $(JARS_STAMP) $(GATED_JAR) $(S3A_JAR) $(K8S_JAR)
 
 # A Kafka broker on 127.0.0.1:$(KAFKA_PORT) (0: a free port) for trying the project; Ctrl-C stops it.
 KAFKA_PORT ?= 9092

@@ -156,11 +156,48 @@ def register(subparsers: Any) -> None:
         "SQLite store; required when neither is on the local disk)",
     )
     run.add_argument(
+        "--advertise",
+        type=_http_url,
+        metavar="URL",
+        help="the URL containers and peers reach this coordinator at (default: http://HOST:PORT "
+        "of --host and --port); on Kubernetes, its Service's or its pod's",
+    )
+    run.add_argument(
         "--launcher",
-        choices=("local", "namespaces"),
+        choices=("local", "namespaces", "kubernetes"),
         default="local",
-        help="where containers run: local processes (the default), or each a host of its own "
-        "on this machine (Linux namespaces on a bridge; root; for trying a job across hosts)",
+        help="where containers run: local processes (the default), each a host of its own "
+        "on this machine (Linux namespaces on a bridge; root; for trying a job across hosts), "
+        "or each a Kubernetes pod (docs/deployment.md)",
+    )
+    k8s = run.add_argument_group("--launcher kubernetes")
+    k8s.add_argument("--k8s-image", metavar="IMAGE", help="the containers' image (required)")
+    k8s.add_argument(
+        "--k8s-namespace",
+        metavar="NS",
+        help="the pods' namespace (default: the coordinator pod's own, else 'default')",
+    )
+    k8s.add_argument(
+        "--k8s-server",
+        type=_http_url,
+        metavar="URL",
+        help="the API server (default: in a pod, its service account's; else the kubeconfig)",
+    )
+    k8s.add_argument(
+        "--k8s-owner-pod",
+        metavar="NAME",
+        default=os.environ.get("POD_NAME"),
+        help="the coordinator's own pod, owner of the containers' pods (default: $POD_NAME)",
+    )
+    k8s.add_argument(
+        "--k8s-pod-template",
+        metavar="FILE",
+        help="a pod (YAML or JSON) the containers' pods start from: resources, volumes...",
+    )
+    k8s.add_argument(
+        "--k8s-service-account",
+        metavar="NAME",
+        help="the containers' service account (a k8s:// --master needs one that makes pods)",
     )
     run.add_argument(
         "--bridge",
@@ -494,7 +531,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         logs = Path(root) / "logs"
     else:
         logs = Path(location).parent / "logs"
-    launcher = _launcher(args, logs)  # refused before anything binds or is written
+    launcher = _launcher(args, logs, job.name)  # refused before anything binds or is written
     sock = bind(args.host, args.port)
     try:
         store = open_store(location, store_lease_s)
@@ -513,7 +550,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         )
     if is_networked(location):
         # A shared store another coordinator leads: this one stands by until it may lead.
-        url = url_of(sock)
+        url = args.advertise or url_of(sock)
 
         def standing_by(leader: str | None) -> None:
             print(f"standby: {url}/ (the job is led by {leader or 'an unnamed coordinator'})")
@@ -551,7 +588,7 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
         )
 
     try:
-        server = CoordinatorServer(make, sock, args.token)
+        server = CoordinatorServer(make, sock, args.token, args.advertise)
     except BaseException:
         sock.close()
         store.close()
@@ -592,12 +629,14 @@ def _autoscaler_options(args: argparse.Namespace, task_count: int) -> Autoscaler
     )
 
 
-def _launcher(args: argparse.Namespace, logs: Path) -> Launcher:
-    """The launcher ``job run`` asked for: local processes, or namespaces on a bridge."""
+def _launcher(args: argparse.Namespace, logs: Path, job_name: str) -> Launcher:
+    """The launcher ``job run`` asked for: local processes, namespaces on a bridge, or pods."""
     from spark_elastic.runtime.coordinator.launchers import LocalLauncher
 
     if args.launcher == "local":
         return LocalLauncher(logs)
+    if args.launcher == "kubernetes":
+        return _kubernetes_launcher(args, job_name)
     from spark_elastic.runtime.coordinator.launchers.namespaces import (
         Bridge,
         NamespaceError,
@@ -640,6 +679,43 @@ def _launcher(args: argparse.Namespace, logs: Path) -> Launcher:
     except NamespaceError as exc:
         raise ArgumentError.invalid("--bridge", "a bridge this host can make", str(exc)) from None
     return launcher
+
+
+IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _kubernetes_launcher(args: argparse.Namespace, job_name: str) -> Launcher:
+    """Pods through the API server; refused in one line before anything binds or is written."""
+    from spark_elastic.runtime.coordinator.launchers import LaunchError
+    from spark_elastic.runtime.coordinator.launchers.kubernetes import (
+        KubernetesLauncher,
+        load_template,
+    )
+
+    if not args.k8s_image:
+        raise ArgumentError.invalid("--k8s-image", "the containers' image", None)
+    namespace = args.k8s_namespace
+    if namespace is None:
+        try:
+            namespace = Path(IN_CLUSTER_NAMESPACE).read_text().strip() or "default"
+        except OSError:
+            namespace = "default"
+    template = load_template(args.k8s_pod_template) if args.k8s_pod_template else None
+    launcher = KubernetesLauncher(
+        namespace,
+        args.k8s_image,
+        job_name,
+        # Longer than a lease and its margin: the coordinator kills on its own schedule.
+        grace_s=(args.lease_ms + args.margin_ms) / 1000 + 5,
+        server=args.k8s_server,
+        owner_pod=args.k8s_owner_pod,
+        template=template,
+        service_account=args.k8s_service_account,
+    )
+    try:
+        return launcher.start()
+    except LaunchError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def _check_lease_options(args: argparse.Namespace) -> None:

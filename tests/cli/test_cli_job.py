@@ -203,3 +203,32 @@ def test_namespaces_need_the_coordinator_on_their_bridge_and_nothing_is_made_oth
     )
     assert not Path("/sys/class/net/sebrcli").exists()
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_kubernetes_needs_an_image_and_an_api_server_and_nothing_is_made_otherwise(
+    tmp_path: Path,
+) -> None:
+    EmbeddedLog(tmp_path / "log").create_topic("clicks", 2)
+    command = [sys.executable, "-m", "spark_elastic", "job", "run", JOB, "--port", "0"]
+    env = {**os.environ, "CLICKS_ROOT": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "--launcher", "kubernetes", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    one_line_error(run(), "--k8s-image: expected the containers' image")
+    one_line_error(
+        run("--k8s-image", "spark-elastic:1", "--k8s-server", "http://127.0.0.1:9"),
+        "the Kubernetes API server http://127.0.0.1:9 refused or was out of reach",
+    )
+    one_line_error(
+        run("--k8s-image", "i", "--k8s-pod-template", str(tmp_path / "missing.yaml")),
+        "--k8s-pod-template: expected a readable YAML or JSON pod",
+    )
+    assert not (tmp_path / "checkpoints").exists()

@@ -181,6 +181,10 @@ class CoordinatorServer:
         A bound socket (:func:`bind`).
     token
         The shared token; required when the socket is not on loopback.
+    url
+        The URL containers and peers reach it at (default: the socket's
+        address): a pod's address or a Service's name on Kubernetes, where
+        it listens on ``0.0.0.0``.
     """
 
     def __init__(
@@ -188,6 +192,7 @@ class CoordinatorServer:
         make_supervisor: Callable[[str], Supervisor],
         sock: socket.socket,
         token: str | None = None,
+        url: str | None = None,
     ) -> None:
         host, port = sock.getsockname()[:2]
         if not is_loopback(host) and not token:
@@ -196,7 +201,7 @@ class CoordinatorServer:
             )
         self.host = host
         self.port = port
-        self.url = url_of(sock)
+        self.url = url or url_of(sock)
         self._sock = sock
         self._token = token
         self.supervisor = make_supervisor(self.url)

@@ -191,6 +191,7 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
         self.container_env = dict(container_env or {})
         self.clock = clock
         self.counters: dict[str, int] = {}
+        self.launch_failures: dict[str, tuple[int, float]] = {}
         self._live: dict[str, LiveLease] = {}
         self.records: dict[str, ContainerRecord] = {}
         self.partitions = PartitionMonitor(self, watch, partition_check_s, shape.grouper)

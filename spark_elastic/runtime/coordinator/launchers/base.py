@@ -3,7 +3,7 @@
 The supervisor (:mod:`..supervisor`, through :mod:`..processes`) calls a
 launcher and nothing else to start, watch and stop containers.
 
-May import: the standard library only.
+May import: :mod:`spark_elastic.errors` and the standard library.
 """
 
 from __future__ import annotations
@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-__all__ = ["Launcher"]
+from spark_elastic.errors import SparkElasticError
+
+__all__ = ["LaunchError", "Launcher"]
+
+
+class LaunchError(SparkElasticError):
+    """A container could not be started: its platform refused or was out of reach (one line).
+
+    The coordinator records it as the container's event and tries again a
+    little later; any other exception from :meth:`Launcher.launch` ends the
+    coordinator.
+    """
 
 
 class Launcher(Protocol):

@@ -24,6 +24,7 @@ from spark_elastic.runtime.coordinator.changes import Change
 from spark_elastic.runtime.coordinator.crash_loops import CrashLoops
 from spark_elastic.runtime.coordinator.history import History
 from spark_elastic.runtime.coordinator.in_flight import InFlight
+from spark_elastic.runtime.coordinator.launchers import LaunchError
 from spark_elastic.runtime.coordinator.leadership import Leadership
 from spark_elastic.runtime.coordinator.moves import Mover
 from spark_elastic.runtime.coordinator.partitions import PartitionMonitor
@@ -44,6 +45,10 @@ AFTER_GROWTH = "afterGrowth"
 """The store's key for the change a growth rolled back (its target), asked again after it."""
 
 Clock = Callable[[], float]
+
+LAUNCH_RETRY_S = (2.0, 30.0)
+"""A launch the launcher's platform refused is tried again after the first figure, doubling
+up to the second while it goes on failing."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,8 @@ class SupervisorBase:
     history: History
     model: JobModel
     autoscaling: Autoscaling
+    launch_failures: dict[str, tuple[int, float]]
+    """Container id -> (launches refused in a row, when it is tried again)."""
 
     if TYPE_CHECKING:  # the failover room's, which the registration room and the flight call
 
@@ -221,6 +228,7 @@ class SupervisorBase:
                 and not self._waits(record)
                 and not self.waits_cold(record.id)
                 and self.crash_loops.may_launch(record.id, self.clock())
+                and self.clock() >= self.launch_failures.get(record.id, (0, 0.0))[1]
             ):
                 self._launch(record)
 
@@ -251,7 +259,12 @@ class SupervisorBase:
             COORDINATORS_ENV: ",".join(dict.fromkeys(others)),
             JOB_ENV: self.shape.spec,
         }
-        handle = self.processes.launch(record.id, env)
+        try:
+            handle = self.processes.launch(record.id, env)
+        except LaunchError as exc:
+            self._launch_failed(record.id, exc)
+            return
+        self.launch_failures.pop(record.id, None)
         launched = f"{shown_handle(handle)}, generation {record.generation}"
         try:
             with self.store.transaction() as db:
@@ -263,6 +276,18 @@ class SupervisorBase:
             raise
         self.set_record(record.id, handle=handle, launched_at=time.time())
         self._live[record.id] = LiveLease(self.clock(), False, launched_at=self.clock())
+
+    def _launch_failed(self, container_id: str, exc: LaunchError) -> None:
+        """A launch the platform refused (a Kubernetes API server out of reach, a quota):
+        an event on the status page, and another try later, never the coordinator's end."""
+        failures = self.launch_failures.get(container_id, (0, 0.0))[0] + 1
+        wait = min(LAUNCH_RETRY_S[0] * 2 ** (failures - 1), LAUNCH_RETRY_S[1])
+        self.launch_failures[container_id] = (failures, self.clock() + wait)
+        self.count("launch_failures")
+        with self.store.transaction() as db:
+            self.store.add_event(
+                db, "launch-failed", container_id, f"{exc} (tried again in {wait:.0f} s)"
+            )
 
     def retire(self, records: Sequence[ContainerRecord]) -> None:
         """Stop predecessors at a batch boundary; successors wait for them (``_waits``).

@@ -1,0 +1,431 @@
+"""Specification: containers as Kubernetes pods, against an API server that is not ours.
+
+The launcher's pure steps first: the pod it sends (labels, the owner
+reference, ``restartPolicy: Never``, a grace period longer than a lease, a
+template's fields kept), the names it gives, how a watch's events change
+what it knows and when it must list again (410 Gone), which phases count as
+live, which finished pods it deletes.
+
+Then the launcher against fabric8's mock API server (CRUD mode, in a JVM of
+its own; ``tests/k8s_api.py``): pods created, watched through their phases
+and deleted; a name taken (409) adopted, replaced or refused; a new launcher
+answering for an earlier one's pods; an API server out of reach or an owner
+pod missing refused in one line.
+
+Then the coordinator with it: a test kubelet runs each pod's command as a
+real process (stand-in containers that heartbeat), so a pod deleted by the
+operator (``kubectl delete pod``) is a container gone, failed over into a
+new pod; a launch the API server refuses is an event on the status page and
+a later try, never the coordinator's end. `make test-all` runs the click-count
+job for real under ``spark-elastic job run --launcher kubernetes``, a pod of
+it deleted mid-run, its output exact.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_api import ApiServer, Kubelet, running_api_server
+from standins import HERE, Coordinator, wait_until
+
+from spark_elastic.runtime.coordinator.launchers import LaunchError, LocalLauncher
+from spark_elastic.runtime.coordinator.launchers.kubernetes import (
+    CONTAINER_LABEL,
+    JOB_LABEL,
+    KubernetesLauncher,
+    PodView,
+    applied,
+    finished_to_delete,
+    is_live,
+    listed,
+    pod_manifest,
+    pod_name,
+)
+
+NAMESPACE = "jobs"
+IMAGE = "spark-elastic:test"
+OWNER = "coordinator-0"
+
+
+def manifest(**overrides: Any) -> dict[str, Any]:
+    given: dict[str, Any] = {
+        "job": "clicks",
+        "container_id": "clicks-c7",
+        "image": IMAGE,
+        "command": ["spark-elastic", "container", "run"],
+        "env": {"EXECUTION_ENV_CONTAINER_ID": "clicks-c7", "SPARK_ELASTIC_TOKEN": "t"},
+        "grace_s": 17.5,
+        "owner": {"name": OWNER, "uid": "u-1"},
+    }
+    return pod_manifest(**{**given, **overrides})
+
+
+def pod(uid: str, phase: str, container_id: str = "clicks-c1", **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": pod_name(container_id),
+            "uid": uid,
+            "resourceVersion": meta.pop("rv", "5"),
+            "annotations": {"spark-elastic/container-id": container_id},
+            **meta,
+        },
+        "status": {"phase": phase},
+    }
+
+
+# The pod it sends
+
+
+def test_a_pod_runs_the_container_command_labelled_owned_never_restarted_with_a_long_grace() -> (
+    None
+):
+    sent = manifest()
+    assert sent["apiVersion"] == "v1"
+    assert sent["kind"] == "Pod"
+    meta, spec = sent["metadata"], sent["spec"]
+    assert meta["name"] == "clicks-c7"
+    assert meta["labels"][JOB_LABEL] == "clicks"
+    assert meta["labels"][CONTAINER_LABEL] == "clicks-c7"
+    assert meta["annotations"]["spark-elastic/container-id"] == "clicks-c7"
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": OWNER, "uid": "u-1", "blockOwnerDeletion": True}
+    ]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["terminationGracePeriodSeconds"] == 18  # never shorter than asked
+    (container,) = spec["containers"]
+    assert container["image"] == IMAGE
+    assert container["command"] == ["spark-elastic", "container", "run"]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "EXECUTION_ENV_CONTAINER_ID": "clicks-c7",
+        "SPARK_ELASTIC_TOKEN": "t",
+    }
+    assert "ownerReferences" not in manifest(owner=None)["metadata"]
+
+
+def test_a_template_keeps_its_own_fields_and_the_launcher_s_win() -> None:
+    template = {
+        "metadata": {"labels": {"team": "ads", JOB_LABEL: "other"}, "uid": "old"},
+        "spec": {
+            "restartPolicy": "Always",
+            "nodeSelector": {"disk": "ssd"},
+            "containers": [
+                {"name": "sidecar", "image": "envoy"},
+                {
+                    "name": "container",
+                    "image": "wrong",
+                    "args": ["--nope"],
+                    "resources": {"limits": {"memory": "4Gi"}},
+                    "env": [{"name": "LANG", "value": "C"}, {"name": "SPARK_ELASTIC_TOKEN"}],
+                },
+            ],
+        },
+    }
+    sent = manifest(template=template, service_account="spark")
+    assert sent["metadata"]["labels"]["team"] == "ads"
+    assert sent["metadata"]["labels"][JOB_LABEL] == "clicks"
+    assert "uid" not in sent["metadata"]
+    assert sent["spec"]["restartPolicy"] == "Never"
+    assert sent["spec"]["nodeSelector"] == {"disk": "ssd"}
+    assert sent["spec"]["serviceAccountName"] == "spark"
+    sidecar, main = sent["spec"]["containers"]
+    assert sidecar == {"name": "sidecar", "image": "envoy"}
+    assert main["image"] == IMAGE
+    assert "args" not in main
+    assert main["resources"] == {"limits": {"memory": "4Gi"}}
+    env = [(e["name"], e.get("value")) for e in main["env"]]
+    assert env[0] == ("LANG", "C")
+    assert ("SPARK_ELASTIC_TOKEN", "t") in env
+    assert ("SPARK_ELASTIC_TOKEN", None) not in env
+    assert template["spec"]["restartPolicy"] == "Always"  # the template is not changed
+
+
+def test_pod_names_are_dns_labels_and_two_ids_never_share_one() -> None:
+    assert pod_name("clicks-c12") == "clicks-c12"
+    names = {pod_name(i) for i in ("Click_Counts-c1", "click-counts-c1", "click_counts-c1")}
+    assert len(names) == 3
+    long = pod_name("x" * 100 + "-c1")
+    assert len(long) <= 63
+    for name in (*names, long):
+        assert name == name.lower()
+        assert name[0].isalnum()
+        assert name[-1].isalnum()
+        assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+# What the watch knows
+
+
+def test_a_list_then_events_say_which_pods_exist_and_where_the_watch_resumes() -> None:
+    pods = listed({"items": [pod("a", "Pending")], "metadata": {"resourceVersion": "10"}})
+    assert set(pods.by_uid) == {"a"}
+    assert pods.resource_version == "10"
+    pods = applied(pods, {"type": "MODIFIED", "object": pod("a", "Running", rv="11")})
+    assert pods is not None
+    assert pods.by_uid["a"].phase == "Running"
+    pods = applied(pods, {"type": "ADDED", "object": pod("b", "Pending", "clicks-c2", rv="12")})
+    assert pods is not None
+    assert set(pods.by_uid) == {"a", "b"}
+    pods = applied(pods, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "20"}}})
+    assert pods is not None
+    assert pods.resource_version == "20"
+    assert len(pods.by_uid) == 2
+    pods = applied(pods, {"type": "DELETED", "object": pod("a", "Running", rv="21")})
+    assert pods is not None
+    assert set(pods.by_uid) == {"b"}
+    assert pods.resource_version == "21"
+
+
+def test_a_version_gone_410_or_any_error_means_listing_again() -> None:
+    pods = listed({"items": [pod("a", "Running")], "metadata": {"resourceVersion": "10"}})
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    assert applied(pods, gone) is None
+    assert applied(pods, {"type": "SURPRISE", "object": {}}) is None
+    assert applied(pods, {"type": "ADDED", "object": {"metadata": {}}}) is None
+
+
+def test_a_pod_is_live_while_it_may_run_that_container() -> None:
+    view = PodView.of(pod("a", "Running", "clicks-c1"))
+    assert is_live(view, "clicks-c1")
+    assert not is_live(view, "clicks-c2")  # a pod is only ever its own container's
+    phases = [("Pending", True), ("Unknown", True), ("Succeeded", False), ("Failed", False)]
+    for phase, live in phases:
+        assert is_live(PodView.of(pod("a", phase)), "clicks-c1") is live, phase
+    # Being deleted, it runs until its grace ends: it may still write.
+    deleting = pod("a", "Running", deletionTimestamp="2026-01-01T00:00:00Z")
+    assert is_live(PodView.of(deleting), "clicks-c1")
+    assert not is_live(None, "clicks-c1")
+
+
+def test_reaping_deletes_succeeded_pods_and_all_failed_but_the_newest() -> None:
+    items = [pod("s", "Succeeded", "c-s"), pod("r", "Running", "c-r")]
+    items += [
+        pod(f"f{i}", "Failed", f"c-f{i}", creationTimestamp=f"2026-01-01T00:00:0{i}Z")
+        for i in range(7)
+    ]
+    items.append(pod("d", "Failed", "c-d", deletionTimestamp="2026-01-01T00:00:00Z"))
+    doomed = finished_to_delete(listed({"items": items}), keep_failed=5)
+    assert [p.uid for p in doomed] == ["s", "f0", "f1"]
+
+
+# Against the API server
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[ApiServer]:
+    with running_api_server() as server:
+        yield server
+
+
+@pytest.fixture
+def namespace(api: ApiServer, request: pytest.FixtureRequest) -> str:
+    """A namespace of the spec's own (the mock server needs none made)."""
+    return f"ns-{abs(hash(request.node.name)) % 10**8}"
+
+
+def owner_pod(api: ApiServer, namespace: str) -> dict[str, Any]:
+    return api.create_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": OWNER},
+            "spec": {"containers": [{"name": "coordinator", "image": IMAGE}]},
+        },
+    )
+
+
+def launcher_on(api: ApiServer, namespace: str, **given: Any) -> KubernetesLauncher:
+    return KubernetesLauncher(namespace, IMAGE, "clicks", 17.0, server=api.url, **given).start()
+
+
+def seen(launcher: KubernetesLauncher, handle: str, phase: str | None) -> bool:
+    """Whether the launcher's watch shows the pod in ``phase`` (None: gone)."""
+    view = launcher.pod_of(handle)
+    return view is None if phase is None else view is not None and view.phase == phase
+
+
+def test_a_pod_is_created_owned_watched_through_its_phases_and_deleted(
+    api: ApiServer, namespace: str
+) -> None:
+    owner = owner_pod(api, namespace)
+    launcher = launcher_on(api, namespace, owner_pod=OWNER)
+    try:
+        handle = launcher.launch("clicks-c1", {"EXECUTION_ENV_CONTAINER_ID": "clicks-c1"})
+        (made,) = api.pods(namespace, f"{JOB_LABEL}=clicks")
+        assert made["metadata"]["uid"] == handle
+        reference = made["metadata"]["ownerReferences"][0]
+        assert (reference["name"], reference["uid"]) == (OWNER, owner["metadata"]["uid"])
+        assert launcher.alive(handle, "clicks-c1")  # before the watch has seen it too
+        assert not launcher.alive(handle, "clicks-c2")
+        api.set_phase(namespace, made["metadata"]["name"], "Running")
+        wait_until("the watch sees it run", lambda: seen(launcher, handle, "Running"), 10)
+        assert launcher.alive(handle, "clicks-c1")
+        api.set_phase(namespace, made["metadata"]["name"], "Failed")
+        wait_until("the watch sees it fail", lambda: seen(launcher, handle, "Failed"), 10)
+        assert not launcher.alive(handle, "clicks-c1")
+        launcher.terminate(handle, "clicks-c1")
+        wait_until("the pod is deleted", lambda: not api.pods(namespace, f"{JOB_LABEL}=clicks"), 10)
+        wait_until("the watch sees it gone", lambda: seen(launcher, handle, None), 10)
+        assert not launcher.alive(handle, "clicks-c1")
+        assert launcher.failures == []
+    finally:
+        launcher.close()
+
+
+def test_a_name_taken_is_adopted_if_it_runs_that_container_replaced_if_finished_else_refused(
+    api: ApiServer, namespace: str
+) -> None:
+    launcher = launcher_on(api, namespace)
+    try:
+        first = launcher.launch("clicks-c1", {})
+        # A create whose answer was lost is sent again: the pod that runs it is taken.
+        assert launcher.launch("clicks-c1", {}) == first
+        api.set_phase(namespace, pod_name("clicks-c1"), "Succeeded")
+        wait_until("the watch sees it end", lambda: seen(launcher, first, "Succeeded"), 10)
+        second = launcher.launch("clicks-c1", {})
+        assert second != first
+        assert [p["metadata"]["uid"] for p in api.pods(namespace)] == [second]
+        # Another container's pod under that name (made by hand, say): refused, one line.
+        api.create_pod(
+            namespace,
+            manifest(container_id="clicks-c2")
+            | {
+                "metadata": {
+                    "name": pod_name("clicks-c3"),
+                    "annotations": {"spark-elastic/container-id": "clicks-c2"},
+                }
+            },
+        )
+        taken = r"^pod clicks-c3 exists .* runs container clicks-c2, not clicks-c3$"
+        with pytest.raises(LaunchError, match=taken):
+            launcher.launch("clicks-c3", {})
+    finally:
+        launcher.close()
+
+
+def test_a_new_launcher_answers_for_the_pods_an_earlier_one_made_and_reaps_finished_ones(
+    api: ApiServer, namespace: str
+) -> None:
+    earlier = launcher_on(api, namespace)
+    try:
+        running = earlier.launch("clicks-c1", {})
+        done = earlier.launch("clicks-c2", {})
+    finally:
+        earlier.close()
+    api.set_phase(namespace, pod_name("clicks-c1"), "Running")
+    api.set_phase(namespace, pod_name("clicks-c2"), "Succeeded")
+    later = launcher_on(api, namespace)  # a restarted coordinator's, or a standby's
+    try:
+        assert later.alive(running, "clicks-c1")
+        assert not later.alive(done, "clicks-c2")
+        later.reap()
+        wait_until(
+            "the finished pod is deleted",
+            lambda: [p["metadata"]["uid"] for p in api.pods(namespace)] == [running],
+            10,
+        )
+        later.kill(running, "clicks-c1", 9)
+        wait_until("the killed pod is deleted", lambda: api.pods(namespace) == [], 10)
+        wait_until("the watch sees it gone", lambda: not later.alive(running, "clicks-c1"), 10)
+    finally:
+        later.close()
+
+
+def test_an_api_server_out_of_reach_or_an_owner_pod_missing_is_one_line(
+    api: ApiServer, namespace: str
+) -> None:
+    with pytest.raises(LaunchError) as missing:
+        launcher_on(api, namespace, owner_pod="nobody")
+    assert "owner pod nobody" in str(missing.value)
+    assert "404" in str(missing.value)
+    assert "\n" not in str(missing.value)
+    with pytest.raises(LaunchError) as unreachable:
+        KubernetesLauncher(namespace, IMAGE, "clicks", 17.0, server="http://127.0.0.1:9").start(
+            timeout_s=10
+        )
+    assert "http://127.0.0.1:9" in str(unreachable.value)
+    assert "\n" not in str(unreachable.value)
+
+
+# The coordinator with it
+
+
+class RefusingFirst:
+    """The launcher protocol around another one whose first ``refusals`` launches the
+    platform refuses (a quota, an API server out of reach)."""
+
+    def __init__(self, inner: Any, refusals: int) -> None:
+        self.inner, self.refusals = inner, refusals
+
+    def launch(self, container_id: str, env: Mapping[str, str]) -> str:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise LaunchError("pods is forbidden: exceeded quota: pods=10")
+        return str(self.inner.launch(container_id, env))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def kubelet_launcher(tmp_path: Path) -> LocalLauncher:
+    return LocalLauncher(tmp_path / "node-logs")
+
+
+def stand_in(command: Any) -> list[str]:
+    assert list(command) == ["spark-elastic", "container", "run"]
+    return [sys.executable, str(HERE / "standin_container.py")]
+
+
+def test_containers_run_as_pods_and_a_pod_deleted_is_failed_over_into_a_new_one(
+    api: ApiServer, namespace: str, tmp_path: Path
+) -> None:
+    owner_pod(api, namespace)
+    pods = launcher_on(api, namespace, owner_pod=OWNER)
+    kubelet = Kubelet(api, namespace, kubelet_launcher(tmp_path), runs=stand_in)
+    coordinator = Coordinator(tmp_path, launcher=RefusingFirst(pods, 1))
+    try:
+        with kubelet, coordinator.server.running_in_thread():
+            rows = wait_until("two containers run in pods", lambda: running_pods(coordinator, 2))
+            events = coordinator.status()["events"]
+            refused = [e for e in events if e["kind"] == "launch-failed"]
+            assert refused
+            assert "exceeded quota" in refused[0]["detail"]
+            assert "tried again in 2 s" in refused[0]["detail"]
+            by_uid = {p["metadata"]["uid"]: p for p in api.pods(namespace, f"{JOB_LABEL}=clicks")}
+            for row in rows.values():
+                made = by_uid[row["handle"]]
+                assert made["metadata"]["ownerReferences"][0]["name"] == OWNER
+                assert made["status"]["phase"] == "Running"
+            victim = sorted(rows)[0]
+            api.delete_pod(namespace, by_uid[rows[victim]["handle"]]["metadata"]["name"])
+
+            def replaced() -> dict[str, Any] | None:
+                now = running_pods(coordinator, 2)
+                return now if now and victim not in now else None
+
+            after = wait_until("the deleted pod's container is failed over", replaced, 60)
+            assert all(row["handle"] in live_uids(api, namespace) for row in after.values())
+            events = coordinator.status()["events"]
+            assert any(e["kind"] == "expire" and e["container"] == victim for e in events)
+            assert any(e["kind"] == "failover" and f"of {victim} " in e["detail"] for e in events)
+    finally:
+        pods.close()  # the kubelet killed what it ran as it ended
+
+
+def running_pods(coordinator: Coordinator, count: int) -> dict[str, Any] | None:
+    rows = {
+        c["containerId"]: c for c in coordinator.status()["containers"] if c["state"] == "running"
+    }
+    return rows if len(rows) == count else None
+
+
+def live_uids(api: ApiServer, namespace: str) -> set[str]:
+    return {
+        p["metadata"]["uid"]
+        for p in api.pods(namespace)
+        if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+    }
