@@ -23,15 +23,29 @@ it deleted mid-run, its output exact.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jobs import (
+    APPLY_DEADLINE_S,
+    CHANGE_DEADLINE_S,
+    RECORDS,
+    RunningJob,
+    all_applied,
+    counts_in_key_order,
+    produce,
+    published_batches,
+)
 from k8s_api import ApiServer, Kubelet, running_api_server
-from standins import HERE, Coordinator, wait_until
+from pyspark.sql import SparkSession
+from standins import HERE, Coordinator, wait_until, worker_bridge
 
+from spark_elastic import EmbeddedLog
 from spark_elastic.runtime.coordinator.launchers import LaunchError, LocalLauncher
 from spark_elastic.runtime.coordinator.launchers.kubernetes import (
     CONTAINER_LABEL,
@@ -45,10 +59,13 @@ from spark_elastic.runtime.coordinator.launchers.kubernetes import (
     pod_manifest,
     pod_name,
 )
+from spark_elastic.runtime.coordinator.launchers.namespaces import NamespaceLauncher
 
 NAMESPACE = "jobs"
 IMAGE = "spark-elastic:test"
 OWNER = "coordinator-0"
+TOKEN = "kubernetes-spec"
+TOKEN_ENV = "SPARK_ELASTIC_TOKEN"
 
 
 def manifest(**overrides: Any) -> dict[str, Any]:
@@ -371,49 +388,74 @@ class RefusingFirst:
         return getattr(self.inner, name)
 
 
-def kubelet_launcher(tmp_path: Path) -> LocalLauncher:
-    return LocalLauncher(tmp_path / "node-logs")
-
-
 def stand_in(command: Any) -> list[str]:
     assert list(command) == ["spark-elastic", "container", "run"]
     return [sys.executable, str(HERE / "standin_container.py")]
 
 
+@contextlib.contextmanager
+def node(kind: str, tmp_path: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """What runs the pods, and where the coordinator listens for them: local processes
+    (the coordinator on loopback), or each pod a host of its own on a bridge (the
+    coordinator on the bridge, with a token; the job's directory not mounted in a pod)."""
+    if kind == "processes":
+        yield LocalLauncher(tmp_path / "node-logs"), {}
+        return
+    with worker_bridge("sek", 76) as bridge:
+        hosts = NamespaceLauncher(
+            bridge, tmp_path / "node-logs", prefix=f"sek{os.getpid() % 10_000}", hidden=(tmp_path,)
+        )
+        try:
+            yield hosts, {"host": bridge.gateway, "token": TOKEN, "env": {TOKEN_ENV: TOKEN}}
+        finally:
+            hosts.remove_all()
+
+
+@pytest.mark.parametrize("runs_pods", ["processes", "hosts"])
 def test_containers_run_as_pods_and_a_pod_deleted_is_failed_over_into_a_new_one(
-    api: ApiServer, namespace: str, tmp_path: Path
+    api: ApiServer, namespace: str, tmp_path: Path, runs_pods: str
 ) -> None:
     owner_pod(api, namespace)
     pods = launcher_on(api, namespace, owner_pod=OWNER)
-    kubelet = Kubelet(api, namespace, kubelet_launcher(tmp_path), runs=stand_in)
-    coordinator = Coordinator(tmp_path, launcher=RefusingFirst(pods, 1))
     try:
-        with kubelet, coordinator.server.running_in_thread():
-            rows = wait_until("two containers run in pods", lambda: running_pods(coordinator, 2))
-            events = coordinator.status()["events"]
-            refused = [e for e in events if e["kind"] == "launch-failed"]
-            assert refused
-            assert "exceeded quota" in refused[0]["detail"]
-            assert "tried again in 2 s" in refused[0]["detail"]
-            by_uid = {p["metadata"]["uid"]: p for p in api.pods(namespace, f"{JOB_LABEL}=clicks")}
-            for row in rows.values():
-                made = by_uid[row["handle"]]
-                assert made["metadata"]["ownerReferences"][0]["name"] == OWNER
-                assert made["status"]["phase"] == "Running"
-            victim = sorted(rows)[0]
-            api.delete_pod(namespace, by_uid[rows[victim]["handle"]]["metadata"]["name"])
-
-            def replaced() -> dict[str, Any] | None:
-                now = running_pods(coordinator, 2)
-                return now if now and victim not in now else None
-
-            after = wait_until("the deleted pod's container is failed over", replaced, 60)
-            assert all(row["handle"] in live_uids(api, namespace) for row in after.values())
-            events = coordinator.status()["events"]
-            assert any(e["kind"] == "expire" and e["container"] == victim for e in events)
-            assert any(e["kind"] == "failover" and f"of {victim} " in e["detail"] for e in events)
+        with node(runs_pods, tmp_path) as (runner, listening):
+            coordinator = Coordinator(tmp_path, launcher=RefusingFirst(pods, 1), **listening)
+            kubelet = Kubelet(api, namespace, runner, runs=stand_in)
+            with kubelet, coordinator.server.running_in_thread():
+                pods_run_their_containers(api, namespace, coordinator, kubelet)
     finally:
         pods.close()  # the kubelet killed what it ran as it ended
+
+
+def pods_run_their_containers(
+    api: ApiServer, namespace: str, coordinator: Coordinator, kubelet: Kubelet
+) -> None:
+    """The story: two containers in pods, after a refused launch; one pod deleted."""
+    rows = wait_until("two containers run in pods", lambda: running_pods(coordinator, 2))
+    events = coordinator.status()["events"]
+    refused = [e for e in events if e["kind"] == "launch-failed"]
+    assert refused
+    assert "exceeded quota" in refused[0]["detail"]
+    assert "tried again in 2 s" in refused[0]["detail"]
+    by_uid = {p["metadata"]["uid"]: p for p in api.pods(namespace, f"{JOB_LABEL}=clicks")}
+    for row in rows.values():
+        made = by_uid[row["handle"]]
+        assert made["metadata"]["ownerReferences"][0]["name"] == OWNER
+        assert made["status"]["phase"] == "Running"
+    victim = sorted(rows)[0]
+    api.delete_pod(namespace, by_uid[rows[victim]["handle"]]["metadata"]["name"])
+
+    def replaced() -> dict[str, Any] | None:
+        now = running_pods(coordinator, 2)
+        return now if now and victim not in now else None
+
+    after = wait_until("the deleted pod's container is failed over", replaced, 60)
+    assert all(row["handle"] in live_uids(api, namespace) for row in after.values())
+    events = coordinator.status()["events"]
+    assert any(e["kind"] == "expire" and e["container"] == victim for e in events)
+    assert any(e["kind"] == "failover" and f"of {victim} " in e["detail"] for e in events)
+    assert len(kubelet.started) == 3
+    assert not kubelet.errors
 
 
 def running_pods(coordinator: Coordinator, count: int) -> dict[str, Any] | None:
@@ -429,3 +471,60 @@ def live_uids(api: ApiServer, namespace: str) -> set[str]:
         for p in api.pods(namespace)
         if (p.get("status") or {}).get("phase") in ("Pending", "Running")
     }
+
+
+# The real job (`make test-all`)
+
+
+def container_command(command: Any) -> list[str]:
+    """The image's ``spark-elastic container run``, as this interpreter runs it."""
+    assert list(command) == ["spark-elastic", "container", "run"]
+    return [sys.executable, "-m", "spark_elastic", "container", "run"]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_the_click_count_job_runs_in_pods_and_a_pod_deleted_mid_run_loses_nothing(
+    api: ApiServer,
+    namespace: str,
+    spark: SparkSession,
+    start_job: Callable[..., RunningJob],
+    clicks: Path,
+) -> None:
+    # `spark-elastic job run --launcher kubernetes`, its containers real Spark drivers that
+    # the kubelet runs as processes; the operator deletes one's pod while it works.
+    owner_pod(api, namespace)
+    node = LocalLauncher(
+        clicks / "node-logs", env={"CLICKS_ROOT": str(clicks), "PYSPARK_PYTHON": sys.executable}
+    )
+    with Kubelet(api, namespace, node, runs=container_command) as kubelet:
+        job = start_job(
+            2,
+            None,
+            0,
+            *("--launcher", "kubernetes", "--k8s-server", api.url, "--k8s-image", IMAGE),
+            *("--k8s-namespace", namespace, "--k8s-owner-pod", OWNER),
+        )
+        rows = wait_until("two containers run in pods", lambda: running_pods_of(job, 2))
+        victim = min(rows)
+        wait_until("a first batch published", lambda: published_batches(job.out, victim))
+        produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
+        name = next(
+            p["metadata"]["name"]
+            for p in api.pods(namespace)
+            if p["metadata"]["uid"] == rows[victim]["handle"]
+        )
+        api.delete_pod(namespace, name)  # kubectl delete pod
+        wait_until(
+            "its tasks in a new pod",
+            lambda: (now := running_pods_of(job, 2)) and victim not in now,
+            CHANGE_DEADLINE_S,
+        )
+        wait_until("every record applied", all_applied(job, RECORDS + 2000), APPLY_DEADLINE_S)
+        assert sorted(set(job.output_rows())) == counts_in_key_order(spark, clicks, 4)
+        assert not kubelet.errors
+
+
+def running_pods_of(job: RunningJob, count: int) -> dict[str, dict[str, Any]] | None:
+    rows = job.running_rows()
+    return rows if len(rows) == count else None
