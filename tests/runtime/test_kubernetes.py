@@ -50,6 +50,7 @@ from spark_elastic.runtime.coordinator.launchers import LaunchError, LocalLaunch
 from spark_elastic.runtime.coordinator.launchers.kubernetes import (
     CONTAINER_LABEL,
     JOB_LABEL,
+    POD_VERBS,
     KubernetesLauncher,
     PodView,
     applied,
@@ -528,3 +529,61 @@ def test_the_click_count_job_runs_in_pods_and_a_pod_deleted_mid_run_loses_nothin
 def running_pods_of(job: RunningJob, count: int) -> dict[str, dict[str, Any]] | None:
     rows = job.running_rows()
     return rows if len(rows) == count else None
+
+
+# The example manifest (docs/kubernetes/coordinator.yaml)
+
+MANIFEST = Path(__file__).parents[2] / "docs" / "kubernetes" / "coordinator.yaml"
+
+
+def example() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    return {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text()) if d}
+
+
+def test_the_example_manifest_grants_the_launcher_what_it_does_with_pods() -> None:
+    docs = example()
+    (rule,) = docs["Role"]["rules"]
+    assert rule["apiGroups"] == [""]
+    assert rule["resources"] == ["pods"]
+    assert set(rule["verbs"]) >= POD_VERBS
+    binding = docs["RoleBinding"]
+    account = docs["ServiceAccount"]["metadata"]["name"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": docs["Role"]["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    assert docs["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == account
+
+
+def test_the_example_manifest_runs_job_run_with_the_kubernetes_launcher_as_it_parses() -> None:
+    from spark_elastic.cli.main import build_parser
+
+    pod = example()["Deployment"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert {env[k]["secretKeyRef"]["key"] for k in ("TOKEN", "STORE")} == {"token", "store"}
+    values = {"POD_NAME": "clicks-coordinator-7d9-x", "POD_IP": "10.1.2.3", "TOKEN": "t"}
+    values["STORE"] = "postgresql://coordinator:pw@postgres:5432/clicks"
+    argv = list(container["args"])
+    for name, value in values.items():
+        argv = [a.replace(f"$({name})", value) for a in argv]
+    assert container["command"] == ["spark-elastic"]
+    args = build_parser().parse_args(argv)
+    assert (args.command, args.job_command) == ("job", "run")
+    assert args.launcher == "kubernetes"
+    assert args.k8s_image == container["image"]  # the containers run the coordinator's image
+    assert args.k8s_owner_pod == values["POD_NAME"]
+    assert args.host == "0.0.0.0"
+    assert args.advertise == f"http://{values['POD_IP']}:{args.port}"
+    assert args.store.startswith("postgresql://")  # a standby replica shares it
+    # The Service reaches the coordinators' port.
+    service = example()["Service"]["spec"]
+    assert service["selector"].items() <= pod["metadata"]["labels"].items()
+    (port,) = service["ports"]
+    assert port["targetPort"] == container["ports"][0]["containerPort"] == args.port

@@ -56,6 +56,7 @@ from spark_elastic.runtime.coordinator.launchers.base import LaunchError
 __all__ = [
     "CONTAINER_LABEL",
     "JOB_LABEL",
+    "POD_VERBS",
     "KubernetesLauncher",
     "PodView",
     "Pods",
@@ -73,6 +74,10 @@ CONTAINER_ID_ANNOTATION = "spark-elastic/container-id"
 CONTAINER_NAME = "container"
 """The name of the pod's container that runs ``spark-elastic container run``."""
 
+POD_VERBS = frozenset({"create", "get", "list", "watch", "delete"})
+"""What the launcher does with pods (its service account's role must allow each): create a
+container's, read its own (the owner) and a name taken, list and watch the job's, delete
+(stop, kill, reap)."""
 LIVE_PHASES = frozenset({"Pending", "Running", "Unknown"})
 """Phases in which a pod's process may run, so may still write (``Unknown``: its node is out
 of the API server's reach, not known to be stopped)."""
