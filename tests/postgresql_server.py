@@ -61,10 +61,11 @@ class PostgreSQLServer:
     port: int
     pid: int
     directory: Path
+    host: str = "127.0.0.1"
 
     def url(self, database: str = "postgres", password: str = PASSWORD) -> str:
         """A libpq URL of ``database`` on this server."""
-        return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{USER}:{password}@{self.host}:{self.port}/{database}"
 
     def create_database(self, name: str) -> str:
         """Create an empty database (one per spec) and return its URL."""
@@ -105,12 +106,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _answers(port: int) -> bool:
+def _answers(port: int, host: str = "127.0.0.1") -> bool:
     import psycopg
 
     try:
         psycopg.connect(
-            f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres", connect_timeout=2
+            f"postgresql://{USER}:{PASSWORD}@{host}:{port}/postgres", connect_timeout=2
         ).close()
     except psycopg.OperationalError:
         return False
@@ -118,8 +119,11 @@ def _answers(port: int) -> bool:
 
 
 @contextmanager
-def running_postgresql(timeout_s: float = START_TIMEOUT_S) -> Iterator[PostgreSQLServer]:
-    """A fresh PostgreSQL cluster on a free loopback port, stopped (and removed) at the end."""
+def running_postgresql(
+    timeout_s: float = START_TIMEOUT_S, host: str = "127.0.0.1", clients: str | None = None
+) -> Iterator[PostgreSQLServer]:
+    """A fresh PostgreSQL cluster on a free port of ``host`` (loopback by default), stopped
+    (and removed) at the end; hosts of the network ``clients`` (a bridge's) may log in too."""
     bin_dir = binaries()
     ids = _as_server_user()
     with tempfile.TemporaryDirectory(prefix="spark-elastic-postgresql-") as tmp:
@@ -144,14 +148,17 @@ def running_postgresql(timeout_s: float = START_TIMEOUT_S) -> Iterator[PostgreSQ
         )
         if init.returncode != 0:
             raise PostgreSQLServerError(f"initdb failed: {init.stderr.strip()[-300:]}")
-        port = free_port()
+        if clients is not None:
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {clients} scram-sha-256\n")
+        port = free_port(host)
         began = time.monotonic()
         with log.open("ab") as out:
             process = subprocess.Popen(
                 [
                     str(bin_dir / "postgres"),
                     *("-D", str(data), "-p", str(port), "-k", str(root)),
-                    *("-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"),
+                    *("-c", f"listen_addresses={host}", "-c", "fsync=off"),
                     *("-c", "synchronous_commit=off", "-c", "full_page_writes=off"),
                     *("-c", "max_connections=200"),
                 ],
@@ -163,14 +170,14 @@ def running_postgresql(timeout_s: float = START_TIMEOUT_S) -> Iterator[PostgreSQ
             )
         try:
             while process.poll() is None and time.monotonic() < began + timeout_s:
-                if _answers(port):
-                    yield PostgreSQLServer(port, process.pid, root)
+                if _answers(port, host):
+                    yield PostgreSQLServer(port, process.pid, root, host)
                     return
                 time.sleep(0.1)
             state = "did not answer" if process.poll() is None else f"exited {process.returncode}"
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise PostgreSQLServerError(
-                f"no PostgreSQL on 127.0.0.1:{port} within {timeout_s:.0f} s: {state} ({tail[0]})"
+                f"no PostgreSQL on {host}:{port} within {timeout_s:.0f} s: {state} ({tail[0]})"
             )
         finally:
             _stop(process)

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -206,7 +207,8 @@ def register(subparsers: Any) -> None:
         metavar="NAME=CIDR",
         help="--launcher namespaces: the bridge the containers join, made if missing "
         "(se0=10.77.0.0/24); the coordinator listens on one of its addresses (--host): its "
-        "first, or another it adds to the bridge (a standby's; no container is given it)",
+        "first, or another (a standby's; no container is given it) that it adds to the "
+        "bridge, or that is its own in a network namespace with a link on the bridge",
     )
     run.add_argument(
         "--hide",
@@ -641,6 +643,7 @@ def _launcher(args: argparse.Namespace, logs: Path, job_name: str) -> Launcher:
         Bridge,
         NamespaceError,
         NamespaceLauncher,
+        in_host_network,
     )
 
     if os.geteuid() != 0:
@@ -665,20 +668,37 @@ def _launcher(args: argparse.Namespace, logs: Path, job_name: str) -> Launcher:
             f"such as {net.broadcast_address - 1}",
             args.host,
         )
+    # The coordinators' addresses (its own, its peers') are never given to a container.
+    peers = [urllib.parse.urlsplit(p).hostname or "" for p in args.peer]
+    reserved = tuple(a for a in (args.host, *peers) if _in_network(a, net))
     try:
         bridge = Bridge.create(name, network)
         launcher = NamespaceLauncher(
-            bridge, logs, prefix=name[:8], hidden=tuple(Path(d) for d in args.hide)
+            bridge,
+            logs,
+            prefix=name[:8],
+            hidden=tuple(Path(d) for d in args.hide),
+            reserved=reserved,
         )
         if args.host != gateway:
             if any(launcher.address_of(h) == args.host for h in launcher.namespaces()):
                 raise ArgumentError.invalid(
                     "--host", "an address of the bridge no container holds", args.host
                 )
-            bridge.add_address(args.host)
+            if in_host_network():
+                bridge.add_address(args.host)
+            # Else a coordinator on a host of its own (a network namespace with a link on
+            # the bridge): the address is its own interface's.
     except NamespaceError as exc:
         raise ArgumentError.invalid("--bridge", "a bridge this host can make", str(exc)) from None
     return launcher
+
+
+def _in_network(address: str, net: ipaddress.IPv4Network) -> bool:
+    try:
+        return ipaddress.IPv4Address(address) in net
+    except ValueError:
+        return False
 
 
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

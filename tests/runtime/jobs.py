@@ -23,7 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -270,7 +270,8 @@ def kafka_conf(env: Mapping[str, str]) -> tuple[str, ...]:
 class JobStarter:
     """Starts ``spark-elastic job run`` of :data:`JOB` on the log under ``clicks``.
 
-    Called as ``start_job(containers, store=None, port=0, *extra, job=JOB, token=None)``, it returns
+    Called as ``start_job(containers, store=None, port=0, *extra, job=JOB, token=None,
+    prefix=())``, it returns
     the :class:`RunningJob` once its status URL is printed; :meth:`cleanup`
     stops every job it started and kills what they launched.
     """
@@ -287,6 +288,7 @@ class JobStarter:
         *extra: str,
         job: str | None = None,
         token: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> RunningJob:
         clicks = self.clicks
         env = {
@@ -295,6 +297,7 @@ class JobStarter:
             "PYSPARK_PYTHON": sys.executable,
         }
         command = [
+            *prefix,  # `ip netns exec NAME`: the coordinator on a host of its own
             sys.executable,
             *("-m", "spark_elastic", "job", "run", job or JOB),
             *("--containers", str(containers), "--port", str(port)),

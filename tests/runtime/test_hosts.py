@@ -17,11 +17,11 @@ more: what Spark reads back equals a single key-ordered pass over the
 broker's records, row for row (each record once, nothing lost).
 
 `make test-all`'s story (issue #43's): the same with two coordinators on a
-shared PostgreSQL store, a leader and a standby, each at its own address on
-the bridge (the standby's host is an address, not a network namespace of its
-own: its launcher must put the containers' links on the bridge, which lives
-in the machine's own network namespace). After the faults the leader is
-killed; the standby leads the same containers once the store's lease is out,
+shared PostgreSQL store (listening on the bridge), a leader at the bridge's
+address and a standby on a host of its own (a fourth network namespace with
+its link on the bridge; its launcher makes the containers' links in the
+machine's own network, where the bridge lives). After the faults the leader
+is killed; the standby leads the same containers once the store's lease is out,
 then scales them 3 -> 4 -> 3 and splits the factor 2 -> 4, live. Also in
 `make test-all`: the containers' executors on a Spark standalone cluster
 whose master and workers are hosts of their own on the bridge, through a
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import kafka_jvm
+import postgresql_server
 import pytest
 import storage_jvm
 from cli_runner import run_cli
@@ -59,7 +60,7 @@ from pyspark.sql import SparkSession
 from spark_cluster import SPARK_HOME, _wait_for
 from standins import worker_bridge
 
-from spark_elastic.runtime.coordinator.launchers.namespaces import Bridge, NamespaceLauncher
+from spark_elastic.runtime.coordinator.launchers.namespaces import Bridge, NamespaceLauncher, ip
 from spark_elastic.runtime.protocol import CONTAINER_ID_ENV
 from spark_elastic.runtime.sinks import COMMITS_DIR
 from spark_elastic.storage import CommitLog, open_storage
@@ -258,19 +259,48 @@ def test_across_hosts_a_standby_takes_over_the_same_containers_which_scale_and_s
     broker: kafka_jvm.KafkaBroker,
     spark: SparkSession,
     start_job: Callable[..., RunningJob],
-    pg_url: str,
 ) -> None:
-    # Two coordinators on a shared PostgreSQL store, each at its own address on the bridge:
-    # the leader tells its containers of the standby.
-    standby_host = str(bridge.network.broadcast_address - 1)
-    standby_port = kafka_jvm.free_port()
-    standby_url = f"http://{standby_host}:{standby_port}"
-    shared = (*story.options, "--store", pg_url, "--store-lease-ms", str(STORE_LEASE_MS))
-    leader = start_job(
-        3, None, 0, *shared, "--host", bridge.gateway, "--peer", standby_url, token=TOKEN
-    )
-    standby = start_job(3, None, standby_port, *shared, "--host", standby_host, token=TOKEN)
-    assert standby.url == standby_url
+    # Two coordinators on a shared PostgreSQL store (listening on the bridge), the standby on
+    # a host of its own (a network namespace with its link on the bridge): the leader tells
+    # its containers of it.
+    with (
+        postgresql_server.running_postgresql(
+            host=bridge.gateway, clients=str(bridge.network)
+        ) as postgresql,
+        host_of_its_own(bridge, "sehs") as (standby_ns, standby_host),
+    ):
+        pg_url = postgresql.create_database("hosts")
+        standby_port = kafka_jvm.free_port()
+        standby_url = f"http://{standby_host}:{standby_port}"
+        shared = (*story.options, "--store", pg_url, "--store-lease-ms", str(STORE_LEASE_MS))
+        leader = start_job(
+            3, None, 0, *shared, "--host", bridge.gateway, "--peer", standby_url, token=TOKEN
+        )
+        standby = start_job(
+            3,
+            None,
+            standby_port,
+            *shared,
+            *("--host", standby_host),
+            token=TOKEN,
+            prefix=("ip", "netns", "exec", standby_ns),
+        )
+        assert standby.url == standby_url
+        # Its address is its own interface's, not the bridge's.
+        assert f" {standby_host}/" not in ip("-4", "-o", "addr", "show", "dev", bridge.name)
+        standby_takes_over(story, bridge, broker, spark, leader, standby, standby_url)
+
+
+def standby_takes_over(
+    story: Story,
+    bridge: Bridge,
+    broker: kafka_jvm.KafkaBroker,
+    spark: SparkSession,
+    leader: RunningJob,
+    standby: RunningJob,
+    standby_url: str,
+) -> None:
+    """The faults, the leader killed, the standby leading, 3 -> 4 -> 3 and a split."""
     try:
         running = three_running(leader, story, spark)
         wait_until(
@@ -317,6 +347,26 @@ def test_across_hosts_a_standby_takes_over_the_same_containers_which_scale_and_s
     finally:
         standby.cleanup()
         leader.cleanup()
+
+
+@contextlib.contextmanager
+def host_of_its_own(bridge: Bridge, prefix: str) -> Iterator[tuple[str, str]]:
+    """A network namespace with a link on the bridge and the network's last address: a
+    coordinator's host; yields its name and address, removed at the end."""
+    name = f"{prefix}{os.getpid() % 100_000}"
+    address = str(bridge.network.broadcast_address - 1)
+    ip("netns", "add", name)
+    try:
+        link = f"{prefix}v{os.getpid() % 100_000}"
+        ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
+        ip("link", "set", link, "master", bridge.name, "up")
+        ip("-n", name, "addr", "add", f"{address}/{bridge.network.prefixlen}", "dev", "eth0")
+        ip("-n", name, "link", "set", "eth0", "up")
+        ip("-n", name, "link", "set", "lo", "up")
+        ip("-n", name, "route", "add", "default", "via", bridge.gateway)
+        yield name, address
+    finally:
+        ip("netns", "del", name, check=False)
 
 
 @contextlib.contextmanager

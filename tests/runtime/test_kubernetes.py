@@ -42,8 +42,9 @@ from jobs import (
     published_batches,
 )
 from k8s_api import ApiServer, Kubelet, running_api_server
+from kafka_jvm import stop
 from pyspark.sql import SparkSession
-from standins import HERE, Coordinator, wait_until, worker_bridge
+from standins import HERE, Coordinator, crash, wait_until, worker_bridge
 
 from spark_elastic import EmbeddedLog
 from spark_elastic.runtime.coordinator.launchers import LaunchError, LocalLauncher
@@ -457,6 +458,37 @@ def pods_run_their_containers(
     assert any(e["kind"] == "failover" and f"of {victim} " in e["detail"] for e in events)
     assert len(kubelet.started) == 3
     assert not kubelet.errors
+
+
+def test_an_api_server_out_of_reach_is_an_event_and_the_containers_run_on(
+    tmp_path: Path,
+) -> None:
+    # An API server of the spec's own, stopped while the job runs: the launcher's watch
+    # fails, the coordinator says so on its status page, and no container is taken for gone.
+    with running_api_server() as own:
+        owner_pod(own, NAMESPACE)
+        pods = launcher_on(own, NAMESPACE, owner_pod=OWNER)
+        try:
+            kubelet = Kubelet(own, NAMESPACE, LocalLauncher(tmp_path / "node-logs"), runs=stand_in)
+            coordinator = Coordinator(tmp_path, launcher=pods)
+            with kubelet, coordinator.server.running_in_thread():
+                before = wait_until("two containers in pods", lambda: running_pods(coordinator, 2))
+                stop(own.pid)
+
+                def said() -> list[str]:
+                    events = coordinator.status()["events"]
+                    return [e["detail"] for e in events if e["kind"] == "launcher"]
+
+                (first, *_) = wait_until("the watch's failure on the status page", said, 30)
+                assert first.startswith("watching the job's pods: ")
+                # Leases, not the API server, say whether a container runs.
+                assert running_pods(coordinator, 2).keys() == before.keys()
+                assert all(pods.alive(r["handle"], c) for c, r in before.items())
+                # Its pods cannot be deleted now: the coordinator leaves them as a crash
+                # would (a clean stop waits for them), and the kubelet ends them.
+                crash(coordinator)
+        finally:
+            pods.close()
 
 
 def running_pods(coordinator: Coordinator, count: int) -> dict[str, Any] | None:

@@ -250,6 +250,7 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
 
     def _act(self) -> None:
         """The tick's decisions: failovers, moves, growth, launches, the autoscaler."""
+        self._report_launcher_failures()
         now = self.clock()
         for container_id in sorted(self._live):
             reason = self._expired(container_id, now)
@@ -280,6 +281,16 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
                     f"{type(exc).__name__}: {exc}",
                     file=sys.stderr,
                 )
+
+    def _report_launcher_failures(self) -> None:
+        """What a launcher's platform refused out of the tick's sight (a pod's deletion, the
+        watch on the pods), as events: where the operator looks."""
+        drain = getattr(self.processes.launcher, "drain_failures", None)
+        failures = drain() if drain is not None else []
+        if failures:
+            with self.store.transaction() as db:
+                for failure in failures:
+                    self.store.add_event(db, "launcher", "", failure)
 
     def _sample(self) -> None:
         """A sample of the job's history (:mod:`.history`): what the store counts now, and

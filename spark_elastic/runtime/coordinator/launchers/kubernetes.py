@@ -317,8 +317,12 @@ class KubernetesLauncher:
     _api: Any = field(default=None, repr=False)
     _watching: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _reaped: dict[str, float] = field(default_factory=dict, repr=False)
+    """UID -> when its deletion was asked, of finished pods."""
     failures: list[str] = field(default_factory=list, repr=False)
-    """The last requests sent without waiting that failed (stop, kill, reap), newest last."""
+    """The last requests sent without waiting that failed (stop, kill, reap, the watch),
+    newest last."""
+    _unreported: list[str] = field(default_factory=list, repr=False)
 
     # life
 
@@ -399,8 +403,17 @@ class KubernetesLauncher:
         asyncio.run_coroutine_threadsafe(guarded(), self._loop)
 
     def _failed(self, message: str) -> None:
-        self.failures[:] = [*self.failures[-9:], message]
+        with self._lock:
+            self.failures[:] = [*self.failures[-9:], message]
+            self._unreported.append(message)
         print(f"spark-elastic coordinator: kubernetes: {message}", file=sys.stderr)
+
+    def drain_failures(self) -> list[str]:
+        """The failures since the last call (the coordinator makes each an event, so the
+        operator sees an API server out of reach on the status page, not only in a log)."""
+        with self._lock:
+            drained, self._unreported = self._unreported[-10:], []
+        return drained
 
     def _where(self) -> str:
         return self.server or "(in-cluster or kubeconfig)"
@@ -638,10 +651,17 @@ class KubernetesLauncher:
         )
 
     def reap(self) -> None:
-        """Delete the job's succeeded pods and its failed ones but the newest few."""
+        """Delete the job's succeeded pods and its failed ones but the newest few (each
+        asked once per :data:`REQUEST_TIMEOUT_S`: reaping runs every tick, and the watch
+        says a deleted pod is gone a moment later)."""
+        now = time.monotonic()
         with self._lock:
             doomed = finished_to_delete(self._pods)
+        self._reaped = {u: t for u, t in self._reaped.items() if now - t < REQUEST_TIMEOUT_S}
         for pod in doomed:
+            if pod.uid in self._reaped:
+                continue
+            self._reaped[pod.uid] = now
             self._send(self._delete_pod(pod.name, pod.uid, 0), f"deleting finished pod {pod.name}")
 
 

@@ -53,11 +53,31 @@ class NamespaceError(SparkElasticError):
     """An ``ip`` call the namespace launcher needs failed (not root, say); one line why."""
 
 
+HOST_NETWORK = "/proc/1/ns/net"
+"""The machine's own network namespace (its init's), where the bridge lives."""
+
+
+def in_host_network() -> bool:
+    """Whether this process runs in the machine's own network namespace, not one of its own
+    (a standby coordinator on a "host" of its own, say)."""
+    try:
+        return os.readlink("/proc/self/ns/net") == os.readlink(HOST_NETWORK)
+    except OSError:
+        return True  # no way to tell (not root): as it always was
+
+
 def ip(*args: str, check: bool = True) -> str:
-    """Run ``ip ARGS`` (iproute2); its output, or :class:`NamespaceError` in one line."""
+    """Run ``ip ARGS`` (iproute2) in the machine's own network namespace, where the bridge
+    and the containers' links live, even from a coordinator in a network namespace of its
+    own; its output, or :class:`NamespaceError` in one line."""
+    enter = () if in_host_network() else ("nsenter", f"--net={HOST_NETWORK}")
     try:
         done = subprocess.run(
-            ["ip", *args], capture_output=True, text=True, timeout=IP_TIMEOUT_S, check=False
+            [*enter, "ip", *args],
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT_S,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NamespaceError(f"ip {' '.join(args)}: {exc}") from None
@@ -113,7 +133,9 @@ class Bridge:
                 "network", "an IPv4 network like 10.77.0.0/24", network
             ) from None
         bridge = cls(name, net)
-        if not Path(f"/sys/class/net/{name}").exists():
+        # Asked of `ip`, not /sys: a coordinator in a network namespace of its own sees its
+        # own interfaces there.
+        if not ip("link", "show", "dev", name, check=False).strip():
             ip("link", "add", name, "type", "bridge")
         if f"inet {bridge.gateway}/" not in ip("-4", "addr", "show", "dev", name):
             ip("addr", "add", f"{bridge.gateway}/{net.prefixlen}", "dev", name)
@@ -178,6 +200,9 @@ class NamespaceLauncher:
     hidden
         Directories not mounted in a container's namespace: an empty tmpfs
         covers each (a job's checkpoint root on the local disk, its log).
+    reserved
+        Addresses of the bridge's network never given to a container: the
+        coordinators' (a standby's on a host of its own is not the bridge's).
     command
         The container command (default: this interpreter running
         ``spark_elastic container run``).
@@ -189,6 +214,7 @@ class NamespaceLauncher:
     log_dir: Path
     prefix: str = "se"
     hidden: Sequence[Path] = ()
+    reserved: Sequence[str] = ()
     command: Sequence[str] = (sys.executable, "-m", "spark_elastic", "container", "run")
     env: Mapping[str, str] = field(default_factory=dict)
     _children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -267,8 +293,13 @@ class NamespaceLauncher:
         """The next free host number after the last one handed out, so a name (and an
         address) is not given again while the bridge has others free."""
         taken = {self._number(n) for n in self.namespaces()}
-        # And the bridge's own addresses (a standby coordinator's, say): never a container's.
+        # And the bridge's own addresses (a standby coordinator's, say) and the coordinators':
+        # never a container's.
         taken |= set(self.bridge.own_numbers())
+        taken |= {
+            int(ipaddress.IPv4Address(a)) - int(self.bridge.network.network_address)
+            for a in self.reserved
+        }
         hosts = range(2, self.bridge.network.num_addresses - 1)
         if self._last is None:
             self._last = max((n for n in taken if n is not None), default=1)
@@ -334,10 +365,12 @@ class NamespaceLauncher:
         number = self._number(handle)
         if number is None:
             return False
-        state = Path(f"/sys/class/net/{self.prefix}v{number}/operstate")
-        with contextlib.suppress(OSError):
-            return state.read_text().strip() != "down"
-        return True  # its link is gone with its namespace: nothing left to reach
+        # Asked of `ip` in the machine's network (a coordinator in a namespace of its own
+        # sees its own interfaces in /sys).
+        shown = ip("-o", "link", "show", "dev", f"{self.prefix}v{number}", check=False)
+        if "<" not in shown:
+            return True  # its link is gone with its namespace: nothing left to reach
+        return "UP" in shown.split("<", 1)[1].split(">", 1)[0].split(",")
 
     def terminate(self, handle: str, container_id: str) -> None:
         """SIGTERM to the container's main process: it finishes its micro-batch in flight.
