@@ -485,6 +485,13 @@ def _run_job(args: argparse.Namespace, job: Job, watch: _InputWatch | InputProce
     partitions = watch.partition_counts()
     plan = job.plan(partitions)
     _check_lease_options(args)
+    if args.host in ("0.0.0.0", "::") and not args.advertise:
+        # Every address: none of them says which one the containers can reach.
+        raise ArgumentError.invalid(
+            "--advertise",
+            f"the URL containers reach this coordinator at, with --host {args.host}",
+            None,
+        )
     terms = LeaseTerms(
         lease_s=args.lease_ms / 1000,
         margin_s=args.margin_ms / 1000,

@@ -224,6 +224,10 @@ def test_kubernetes_needs_an_image_and_an_api_server_and_nothing_is_made_otherwi
 
     one_line_error(run(), "--k8s-image: expected the containers' image")
     one_line_error(
+        run("--k8s-image", "i", "--host", "0.0.0.0", "--token", "t"),
+        "--advertise: expected the URL containers reach this coordinator at, with --host 0.0.0.0",
+    )
+    one_line_error(
         run("--k8s-image", "spark-elastic:1", "--k8s-server", "http://127.0.0.1:9"),
         "the Kubernetes API server http://127.0.0.1:9 refused or was out of reach",
     )
