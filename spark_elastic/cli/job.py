@@ -650,7 +650,6 @@ def _launcher(args: argparse.Namespace, logs: Path, job_name: str) -> Launcher:
         Bridge,
         NamespaceError,
         NamespaceLauncher,
-        in_host_network,
     )
 
     if os.geteuid() != 0:
@@ -692,7 +691,7 @@ def _launcher(args: argparse.Namespace, logs: Path, job_name: str) -> Launcher:
                 raise ArgumentError.invalid(
                     "--host", "an address of the bridge no container holds", args.host
                 )
-            if in_host_network():
+            if bridge.netns is None:
                 bridge.add_address(args.host)
             # Else a coordinator on a host of its own (a network namespace with a link on
             # the bridge): the address is its own interface's.

@@ -88,6 +88,8 @@ START_TIMEOUT_S = 30.0
 RELIST_BACKOFF_S = (0.2, 5.0)
 """A watch that ended is listed again after the first figure, doubling up to the second while
 the API server does not answer."""
+SETTLED_S = 0.2
+"""How long the watch must have been quiet for :meth:`KubernetesLauncher.close` to end it."""
 KILL_GRACE_S = 1
 """A kill is a deletion with 1 s of grace, not 0: a grace of 0 removes the pod object at once
 (a force deletion), before its process is stopped, so the coordinator would take it for gone
@@ -310,8 +312,9 @@ class KubernetesLauncher:
     _pods: Pods = field(default_factory=Pods, repr=False)
     _own: dict[str, tuple[str, float]] = field(default_factory=dict, repr=False)
     """UID -> (container id, monotonic time of its creation) of pods this launcher created that
-    no list made since, nor a DELETED event, has shown."""
+    neither a list made since nor a watch event has shown."""
     _listed_at: float = field(default=-math.inf, repr=False)
+    _last_event: float = field(default=-math.inf, repr=False)
     _owner: dict[str, str] | None = field(default=None, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _api: Any = field(default=None, repr=False)
@@ -364,11 +367,25 @@ class KubernetesLauncher:
         loop.call_soon(ready.set)
         loop.run_forever()
 
-    def close(self) -> None:
-        """Stop watching and close the client (the pods run on)."""
+    def close(self, settle_s: float = 1.0) -> None:
+        """Stop watching and close the client (the pods run on).
+
+        It first gives the watch up to ``settle_s`` to report the pods this
+        launcher created and to be quiet for :data:`SETTLED_S`, so that the
+        watch ends with no event on its way:
+        fabric8's mock API server (the specs') stalls every request for
+        seconds when a watch ends while it is sending it an event.
+        """
         loop = self._loop
         if loop is None or loop.is_closed():
             return
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                quiet = time.monotonic() - self._last_event >= SETTLED_S
+                if not self._own and quiet:
+                    break
+            time.sleep(0.02)
         with contextlib.suppress(Exception):
             self._call(self._disconnect(), REQUEST_TIMEOUT_S)
         loop.call_soon_threadsafe(loop.stop)
@@ -456,12 +473,16 @@ class KubernetesLauncher:
         self._watching = asyncio.get_running_loop().create_task(self._watch())
 
     async def _disconnect(self) -> None:
+        # The connections first, the watch's among them, so that it ends without a close
+        # handshake: a coordinator on its way out has no use for one, and fabric8's mock
+        # server (the specs') blocks every request for seconds when a watch is closed
+        # politely while it still has events to send.
+        if self._api is not None:
+            await self._api.close()
         if self._watching is not None:
             self._watching.cancel()
             with contextlib.suppress(BaseException):
                 await self._watching
-        if self._api is not None:
-            await self._api.close()
 
     # the watch
 
@@ -539,9 +560,10 @@ class KubernetesLauncher:
                     if pods is None:
                         return  # 410 Gone or an error: list again
                     self._pods = pods
-                    if event.get("type") == "DELETED":
-                        uid = (event.get("object", {}).get("metadata") or {}).get("uid")
-                        self._own.pop(str(uid), None)
+                    self._last_event = time.monotonic()
+                    # Seen (or gone): the watch answers for it from now on.
+                    uid = (event.get("object", {}).get("metadata") or {}).get("uid")
+                    self._own.pop(str(uid), None)
 
     # Launcher
 

@@ -27,6 +27,7 @@ May import: :mod:`.local` (the PID checks), :mod:`spark_elastic.runtime.protocol
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import os
 import shlex
@@ -53,27 +54,14 @@ class NamespaceError(SparkElasticError):
     """An ``ip`` call the namespace launcher needs failed (not root, say); one line why."""
 
 
-HOST_NETWORK = "/proc/1/ns/net"
-"""The machine's own network namespace (its init's), where the bridge lives."""
-
-
-def in_host_network() -> bool:
-    """Whether this process runs in the machine's own network namespace, not one of its own
-    (a standby coordinator on a "host" of its own, say)."""
-    try:
-        return os.readlink("/proc/self/ns/net") == os.readlink(HOST_NETWORK)
-    except OSError:
-        return True  # no way to tell (not root): as it always was
-
-
-def ip(*args: str, check: bool = True) -> str:
-    """Run ``ip ARGS`` (iproute2) in the machine's own network namespace, where the bridge
-    and the containers' links live, even from a coordinator in a network namespace of its
-    own; its output, or :class:`NamespaceError` in one line."""
-    enter = () if in_host_network() else ("nsenter", f"--net={HOST_NETWORK}")
+def ip(*args: str, check: bool = True, net: str | None = None) -> str:
+    """Run ``ip ARGS`` (iproute2), in the named network namespace ``net`` if given (a
+    bridge's, from a coordinator on a host of its own); its output, or
+    :class:`NamespaceError` in one line."""
+    where = ("-n", net) if net else ()
     try:
         done = subprocess.run(
-            [*enter, "ip", *args],
+            ["ip", *where, *args],
             capture_output=True,
             text=True,
             timeout=IP_TIMEOUT_S,
@@ -84,6 +72,12 @@ def ip(*args: str, check: bool = True) -> str:
     if check and done.returncode != 0:
         raise NamespaceError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
     return done.stdout
+
+
+def _mac_of(name: str) -> str:
+    """A locally administered unicast MAC address of the bridge's own, from its name."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
 def _first_of_its_namespace(pid: int) -> bool:
@@ -112,10 +106,23 @@ class Bridge:
 
     name: str
     network: ipaddress.IPv4Network
+    netns: str | None = None
+    """The named network namespace the bridge is in, when this process runs in another (a
+    coordinator on a host of its own); None: this process's own."""
+
+    @property
+    def pin(self) -> str:
+        """The name under which the bridge's network namespace is kept in ``/run/netns``, so
+        that a process in another (a standby coordinator's) reaches the bridge there."""
+        return f"{self.name}_net"
 
     @classmethod
     def create(cls, name: str, network: str) -> Bridge:
         """Make the bridge (or take it as it is, if it exists with this address) and bring it up.
+
+        Made from the network it is in, the bridge's network namespace is also
+        kept by name (:attr:`pin`); from a network namespace of its own that has
+        not got the bridge, a process takes the bridge in that pinned one.
 
         Raises
         ------
@@ -133,13 +140,20 @@ class Bridge:
                 "network", "an IPv4 network like 10.77.0.0/24", network
             ) from None
         bridge = cls(name, net)
-        # Asked of `ip`, not /sys: a coordinator in a network namespace of its own sees its
-        # own interfaces there.
-        if not ip("link", "show", "dev", name, check=False).strip():
-            ip("link", "add", name, "type", "bridge")
+        here = bool(ip("link", "show", "dev", name, check=False).strip())
+        pinned = Path("/run/netns", bridge.pin).exists()
+        if not here and pinned and ip("link", "show", "dev", name, check=False, net=bridge.pin):
+            return cls(name, net, bridge.pin)  # on a host of its own: the bridge is there
+        if not here:
+            # An address of its own, set: a bridge otherwise takes the lowest of its ports',
+            # and changes it when that port goes (a container's namespace removed), while the
+            # others' neighbour caches still send the coordinator's packets to the old one.
+            ip("link", "add", name, "address", _mac_of(name), "type", "bridge")
         if f"inet {bridge.gateway}/" not in ip("-4", "addr", "show", "dev", name):
             ip("addr", "add", f"{bridge.gateway}/{net.prefixlen}", "dev", name)
         ip("link", "set", name, "up")
+        if not pinned:
+            ip("netns", "attach", bridge.pin, str(os.getpid()))
         return bridge
 
     @property
@@ -154,7 +168,7 @@ class Bridge:
     def own_numbers(self) -> list[int]:
         """The host numbers of the bridge's own addresses in its network (its first, and any
         added: a standby coordinator's), which no container is given."""
-        shown = ip("-4", "-o", "addr", "show", "dev", self.name, check=False)
+        shown = ip("-4", "-o", "addr", "show", "dev", self.name, check=False, net=self.netns)
         numbers = []
         for word in shown.split():
             address = word.split("/")[0]
@@ -176,12 +190,21 @@ class Bridge:
         """
         if ipaddress.IPv4Address(address) not in self.network:
             raise ArgumentError.invalid("address", f"an address of {self.network}", address)
-        if f"inet {address}/" not in ip("-4", "addr", "show", "dev", self.name):
-            ip("addr", "add", f"{address}/{self.network.prefixlen}", "dev", self.name)
+        if f"inet {address}/" not in ip("-4", "addr", "show", "dev", self.name, net=self.netns):
+            ip(
+                "addr",
+                "add",
+                f"{address}/{self.network.prefixlen}",
+                "dev",
+                self.name,
+                net=self.netns,
+            )
 
     def delete(self) -> None:
-        """Remove the bridge (the containers' links on it go with their namespaces)."""
-        ip("link", "del", self.name, check=False)
+        """Remove the bridge (the containers' links on it go with their namespaces) and the
+        name its network namespace was kept under (the namespace itself lives on)."""
+        ip("link", "del", self.name, check=False, net=self.netns)
+        ip("netns", "del", self.pin, check=False)
 
 
 @dataclass
@@ -259,8 +282,21 @@ class NamespaceLauncher:
         address = self.bridge.address(number)
         ip("netns", "add", handle)
         try:
-            ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", handle)
-            ip("link", "set", link, "master", self.bridge.name, "up")
+            net = self.bridge.netns
+            ip(
+                "link",
+                "add",
+                link,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                handle,
+                net=net,
+            )
+            ip("link", "set", link, "master", self.bridge.name, "up", net=net)
             prefixlen = str(self.bridge.network.prefixlen)
             ip("-n", handle, "addr", "add", f"{address}/{prefixlen}", "dev", "eth0")
             ip("-n", handle, "link", "set", "eth0", "up")
@@ -365,9 +401,10 @@ class NamespaceLauncher:
         number = self._number(handle)
         if number is None:
             return False
-        # Asked of `ip` in the machine's network (a coordinator in a namespace of its own
+        # Asked of `ip` in the bridge's network (a coordinator in a namespace of its own
         # sees its own interfaces in /sys).
-        shown = ip("-o", "link", "show", "dev", f"{self.prefix}v{number}", check=False)
+        link = f"{self.prefix}v{number}"
+        shown = ip("-o", "link", "show", "dev", link, check=False, net=self.bridge.netns)
         if "<" not in shown:
             return True  # its link is gone with its namespace: nothing left to reach
         return "UP" in shown.split("<", 1)[1].split(">", 1)[0].split(",")
@@ -411,11 +448,11 @@ class NamespaceLauncher:
 
     def cut(self, handle: str) -> None:
         """Partition the container from the network: its link on the bridge goes down."""
-        ip("link", "set", self.link_of(handle), "down")
+        ip("link", "set", self.link_of(handle), "down", net=self.bridge.netns)
 
     def restore(self, handle: str) -> None:
         """Heal a partition made by :meth:`cut`."""
-        ip("link", "set", self.link_of(handle), "up")
+        ip("link", "set", self.link_of(handle), "up", net=self.bridge.netns)
 
     def remove_all(self) -> None:
         """SIGKILL everything in this launcher's namespaces and remove them (cleanup)."""
