@@ -326,6 +326,7 @@ class KubernetesLauncher:
     """The last requests sent without waiting that failed (stop, kill, reap, the watch),
     newest last."""
     _unreported: list[str] = field(default_factory=list, repr=False)
+    _last_failure: str | None = field(default=None, repr=False)
 
     # life
 
@@ -421,7 +422,11 @@ class KubernetesLauncher:
 
     def _failed(self, message: str) -> None:
         with self._lock:
+            again = self._last_failure == message
+            self._last_failure = message
             self.failures[:] = [*self.failures[-9:], message]
+            if again:
+                return  # an outage's every retry would say the same: said once
             self._unreported.append(message)
         print(f"spark-elastic coordinator: kubernetes: {message}", file=sys.stderr)
 
@@ -497,6 +502,7 @@ class KubernetesLauncher:
         with self._lock:
             self._pods = pods
             self._listed_at = began
+            self._last_failure = None  # it answers again: a new failure is news
             # Created before this list began and not in it: gone.
             for uid, (_, at) in list(self._own.items()):
                 if at < began or uid in pods.by_uid:
