@@ -141,6 +141,8 @@ class Kubelet:
     namespace: str
     launcher: Any
     runs: Callable[[Sequence[str]], Sequence[str]] = lambda command: command
+    pulls: Callable[[str], str | None] = lambda image: None
+    """An image's pull failure (``ErrImagePull``), or None: it pulls."""
     poll_s: float = 0.1
     started: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Pod UID -> (container id, the launcher's handle), of every pod it ran."""
@@ -200,9 +202,22 @@ class Kubelet:
                     self.launcher.kill(handle, container_id, 9)
             self.launcher.reap()
 
+    def set_waiting(self, name: str, reason: str) -> None:
+        """What a kubelet reports of a pod whose container cannot start."""
+        waiting = {"name": "container", "state": {"waiting": {"reason": reason}}}
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{name}/status"
+        status = {"status": {"phase": "Pending", "containerStatuses": [waiting]}}
+        self.api.request("PATCH", path, status, patch=True)
+
     def _start(self, uid: str, pod: Mapping[str, Any]) -> None:
         spec = pod["spec"]
         main = spec["containers"][0]
+        failed = self.pulls(main["image"])
+        if failed is not None:  # it never runs: pending, saying why
+            self._ended.add(uid)
+            with contextlib.suppress(OSError):
+                self.set_waiting(pod["metadata"]["name"], failed)
+            return
         env = {e["name"]: e.get("value", "") for e in main.get("env") or ()}
         container_id = pod["metadata"]["annotations"]["spark-elastic/container-id"]
         self.commands[uid] = list(main["command"])

@@ -109,6 +109,7 @@ class Coordinator:
         launcher: Any = None,
         host: str = "127.0.0.1",
         token: str | None = None,
+        startup_s: float = 20,
         **supervisor: Any,
     ) -> None:
         self.root = root
@@ -125,7 +126,7 @@ class Coordinator:
                 url,
                 containers,
                 TERMS,
-                startup_s=20,
+                startup_s=startup_s,
                 container_env={"SPARK_ELASTIC_HEARTBEAT_MS": "200", **(env or {})},
                 **supervisor,
             ),

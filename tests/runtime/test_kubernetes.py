@@ -60,6 +60,7 @@ from spark_elastic.runtime.coordinator.launchers.kubernetes import (
     listed,
     pod_manifest,
     pod_name,
+    reason_of,
 )
 from spark_elastic.runtime.coordinator.launchers.namespaces import NamespaceLauncher
 
@@ -228,6 +229,26 @@ def test_reaping_deletes_succeeded_pods_and_all_failed_but_the_newest() -> None:
     items.append(pod("d", "Failed", "c-d", deletionTimestamp="2026-01-01T00:00:00Z"))
     doomed = finished_to_delete(listed({"items": items}), keep_failed=5)
     assert [p.uid for p in doomed] == ["s", "f0", "f1"]
+
+
+def test_kubernetes_says_why_a_pod_is_not_running_in_codes_not_messages() -> None:
+    def waiting(reason: str) -> dict[str, Any]:
+        return {
+            "containerStatuses": [
+                {"name": "container", "state": {"waiting": {"reason": reason, "message": "x"}}}
+            ]
+        }
+
+    assert reason_of(waiting("ErrImagePull")) == "ErrImagePull"
+    assert reason_of(waiting("ContainerCreating")) == ""  # on its way: nothing wrong
+    ended = {"terminated": {"reason": "OOMKilled", "exitCode": 137, "message": "x"}}
+    assert reason_of({"containerStatuses": [{"name": "container", "state": ended}]}) == (
+        "OOMKilled (exit code 137)"
+    )
+    assert reason_of({"phase": "Failed", "reason": "Evicted", "message": "disk"}) == "Evicted"
+    unscheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    assert reason_of({"conditions": [unscheduled]}) == "Unschedulable"
+    assert reason_of({"phase": "Running"}) == ""
 
 
 # Against the API server
@@ -491,6 +512,34 @@ def test_an_api_server_out_of_reach_is_an_event_and_the_containers_run_on(
                 assert all(pods.alive(r["handle"], c) for c, r in before.items())
                 # Its pods cannot be deleted now: the coordinator leaves them as a crash
                 # would (a clean stop waits for them), and the kubelet ends them.
+                crash(coordinator)
+        finally:
+            pods.close()
+
+
+def test_an_image_that_cannot_be_pulled_is_the_failover_s_reason(tmp_path: Path) -> None:
+    # The kubelet cannot pull the image: the pod stays Pending, saying ErrImagePull; the
+    # container does not register within its start-up bound and is failed over, the event
+    # naming the cause the operator must fix.
+    with running_api_server() as own:
+        pods = launcher_on(own, NAMESPACE)
+        try:
+            kubelet = Kubelet(
+                own,
+                NAMESPACE,
+                LocalLauncher(tmp_path / "node-logs"),
+                pulls=lambda i: "ErrImagePull",
+            )
+            coordinator = Coordinator(tmp_path, containers=1, launcher=pods, startup_s=2)
+            with kubelet, coordinator.server.running_in_thread():
+
+                def expired() -> list[str]:
+                    events = coordinator.status()["events"]
+                    return [e["detail"] for e in events if e["kind"] == "expire"]
+
+                (first, *_) = wait_until("the pod failed over", expired, 30)
+                assert first.startswith("it did not register within 2 s of its launch")
+                assert "(pod Pending: ErrImagePull)" in first
                 crash(coordinator)
         finally:
             pods.close()

@@ -54,6 +54,18 @@ class Processes:
         """Whether the container's process runs (False without a handle: never launched)."""
         return handle is not None and self.launcher.alive(handle, container_id)
 
+    def why(self, handle: str | None) -> str | None:
+        """What the launcher's platform says of a container that is not running (a pod's
+        ``ErrImagePull``), if its launcher can say (:meth:`Launcher.why`-like, optional)."""
+        why = getattr(self.launcher, "why", None)
+        return why(handle) if why is not None and handle is not None else None
+
+    def drain_failures(self) -> list[str]:
+        """What the launcher's platform refused out of the coordinator's sight since the
+        last call (a pod's deletion, a watch), if its launcher keeps such failures."""
+        drain = getattr(self.launcher, "drain_failures", None)
+        return list(drain()) if drain is not None else []
+
     def stop(self, handle: str | None, container_id: str) -> None:
         """Ask it to stop at a batch boundary (SIGTERM to its main process)."""
         if handle is not None:

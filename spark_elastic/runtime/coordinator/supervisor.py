@@ -285,8 +285,7 @@ class Supervisor(PlanningRoom, RegistrationRoom, FailoverRoom, ChangingRoom, Sto
     def _report_launcher_failures(self) -> None:
         """What a launcher's platform refused out of the tick's sight (a pod's deletion, the
         watch on the pods), as events: where the operator looks."""
-        drain = getattr(self.processes.launcher, "drain_failures", None)
-        failures = drain() if drain is not None else []
+        failures = self.processes.drain_failures()
         if failures:
             with self.store.transaction() as db:
                 for failure in failures:

@@ -48,6 +48,13 @@ class Launcher(Protocol):
     resolves the container from its id and the handle, so a new launcher
     answers for containers an earlier one created, and a handle that no
     longer names that container's is never acted on.
+
+    A launcher may also offer two optional calls, which the coordinator uses
+    when present (:class:`~..processes.Processes`): ``why(handle)``, what
+    its platform says of a container that is not running (a pod's
+    ``ErrImagePull``), added to a failover's reason; and
+    ``drain_failures()``, what it failed to do out of the coordinator's
+    sight (a deletion, a watch), each made an event.
     """
 
     def launch(self, container_id: str, env: Mapping[str, str]) -> str:

@@ -65,6 +65,7 @@ __all__ = [
     "listed",
     "pod_manifest",
     "pod_name",
+    "reason_of",
 ]
 
 JOB_LABEL = "spark-elastic/job"
@@ -132,6 +133,10 @@ class PodView:
     """A deletion was asked for (the pod still runs until its grace ends)."""
     created: str = ""
     """``creationTimestamp``, for keeping the newest failed pods."""
+    reason: str = ""
+    """Why it is not running, as Kubernetes says it (``ErrImagePull``, ``Unschedulable``,
+    ``OOMKilled (exit code 137)``...), or "". Codes only, no messages: the coordinator
+    counts a container's failures by their cause."""
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodView:
@@ -143,7 +148,28 @@ class PodView:
             phase=str((pod.get("status") or {}).get("phase") or "Pending"),
             deleting=bool(meta.get("deletionTimestamp")),
             created=str(meta.get("creationTimestamp") or ""),
+            reason=reason_of(pod.get("status") or {}),
         )
+
+
+def reason_of(status: Mapping[str, Any]) -> str:
+    """Why a pod is not running, from its status: its container's waiting or terminated
+    state, else the pod's own reason (``Evicted``), else an unschedulable pod's."""
+    statuses = status.get("containerStatuses") or ()
+    main = next((c for c in statuses if c.get("name") == CONTAINER_NAME), None)
+    state = (main or (statuses[0] if statuses else {})).get("state") or {}
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
+        return str(waiting["reason"])
+    ended = state.get("terminated") or {}
+    if ended:
+        return f"{ended.get('reason') or 'Terminated'} (exit code {ended.get('exitCode', '?')})"
+    if status.get("reason"):
+        return str(status["reason"])
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("reason") or "Unschedulable")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -645,6 +671,16 @@ class KubernetesLauncher:
             own = self._own.get(handle)
             # Created after the last list began, and no event yet: it is pending.
             return own is not None and own[0] == container_id and own[1] >= self._listed_at
+
+    def why(self, handle: str) -> str | None:
+        """What Kubernetes says of the pod ``handle`` that is not running: ``pod Pending:
+        ErrImagePull``, ``pod Failed: OOMKilled (exit code 137)``; None when it says nothing
+        (the coordinator adds it to a failover's reason)."""
+        with self._lock:
+            pod = self._pods.by_uid.get(handle)
+        if pod is None or not pod.reason:
+            return None
+        return f"pod {pod.phase}: {pod.reason}"
 
     def pod_of(self, handle: str) -> PodView | None:
         """What the watch last saw of the pod ``handle``."""

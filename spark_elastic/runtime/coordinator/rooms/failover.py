@@ -37,13 +37,17 @@ class FailoverRoom(SupervisorBase):
                 return f"lease expired {late:.1f} s ago (margin {self.terms.margin_s:.1f} s)"
             return None
         # Not registered: it never held a lease, so it cannot have written anything.
+        # What its platform says of it, if anything (a pod's ErrImagePull): the cause the
+        # operator needs, in the event and in a job failed by a crash loop.
+        why = self.processes.why(record.handle)
+        said = f" ({why})" if why else ""
         if record.handle is not None and not self.processes.alive(record.handle, container_id):
-            return "its process exited before it registered"
+            return f"its process exited before it registered{said}"
         # A warm-up's readiness is bounded by its change's deadline (it may take long to
         # follow its old owners); anything else must register within the start-up bound,
         # counted from its launch whatever it heartbeats meanwhile.
         if self.model.warmup(container_id) is None and now > live.launched_at + self.startup_s:
-            return f"it did not register within {self.startup_s:.0f} s of its launch"
+            return f"it did not register within {self.startup_s:.0f} s of its launch{said}"
         return None
 
     def _reap_retired(self) -> None:
