@@ -202,6 +202,16 @@ class Kubelet:
                     self.launcher.kill(handle, container_id, 9)
             self.launcher.reap()
 
+    def _value(self, item: Mapping[str, Any], pod: Mapping[str, Any]) -> str:
+        """An environment variable's value, the downward API's as a kubelet resolves it: the
+        pod's address is this machine's loopback (a namespace launcher sets its own)."""
+        field = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field == "status.podIP":
+            return "127.0.0.1"
+        if field == "metadata.name":
+            return str(pod["metadata"]["name"])
+        return str(item.get("value", ""))
+
     def set_waiting(self, name: str, reason: str) -> None:
         """What a kubelet reports of a pod whose container cannot start."""
         waiting = {"name": "container", "state": {"waiting": {"reason": reason}}}
@@ -218,7 +228,7 @@ class Kubelet:
             with contextlib.suppress(OSError):
                 self.set_waiting(pod["metadata"]["name"], failed)
             return
-        env = {e["name"]: e.get("value", "") for e in main.get("env") or ()}
+        env = {e["name"]: self._value(e, pod) for e in main.get("env") or ()}
         container_id = pod["metadata"]["annotations"]["spark-elastic/container-id"]
         self.commands[uid] = list(main["command"])
         self._grace[uid] = float(spec.get("terminationGracePeriodSeconds", 30))

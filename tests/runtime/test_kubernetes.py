@@ -119,10 +119,17 @@ def test_a_pod_runs_the_container_command_labelled_owned_never_restarted_with_a_
     (container,) = spec["containers"]
     assert container["image"] == IMAGE
     assert container["command"] == ["spark-elastic", "container", "run"]
-    assert {e["name"]: e["value"] for e in container["env"]} == {
+    assert {e["name"]: e.get("value") or e["valueFrom"] for e in container["env"]} == {
         "EXECUTION_ENV_CONTAINER_ID": "clicks-c7",
         "SPARK_ELASTIC_TOKEN": "t",
+        # Executors on a k8s:// master reach the driver at its pod's address.
+        "SPARK_LOCAL_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
     }
+    # Unless the job says otherwise.
+    mine = manifest(env={"SPARK_LOCAL_IP": "10.0.0.9"})["spec"]["containers"][0]["env"]
+    assert [e for e in mine if e["name"] == "SPARK_LOCAL_IP"] == [
+        {"name": "SPARK_LOCAL_IP", "value": "10.0.0.9"}
+    ]
     assert "ownerReferences" not in manifest(owner=None)["metadata"]
 
 

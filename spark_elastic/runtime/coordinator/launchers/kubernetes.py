@@ -72,6 +72,8 @@ JOB_LABEL = "spark-elastic/job"
 CONTAINER_LABEL = "spark-elastic/container"
 CONTAINER_ID_ANNOTATION = "spark-elastic/container-id"
 """The container's id as it is (a label value is cut to 63 characters of a narrower set)."""
+LOCAL_IP_ENV = "SPARK_LOCAL_IP"
+"""Spark's own setting of the address a driver binds and gives its executors."""
 CONTAINER_NAME = "container"
 """The name of the pod's container that runs ``spark-elastic container run``."""
 
@@ -284,6 +286,11 @@ def pod_manifest(
     main.pop("args", None)
     given = [e for e in main.get("env") or () if e.get("name") not in env]
     main["env"] = given + [{"name": k, "value": str(v)} for k, v in sorted(env.items())]
+    if not any(e.get("name") == LOCAL_IP_ENV for e in main["env"]):
+        # The driver binds and names itself by its pod's address: executors on a k8s://
+        # master reach it there (a pod's host name resolves nowhere else).
+        pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
+        main["env"].append({"name": LOCAL_IP_ENV, "valueFrom": pod_ip})
     pod["apiVersion"], pod["kind"] = "v1", "Pod"
     return pod
 
