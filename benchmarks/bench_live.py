@@ -687,6 +687,11 @@ def main() -> None:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a containers' setting"
     )
+    parser.add_argument(
+        "--trigger",
+        default="1 second",
+        help="the job's micro-batch trigger (CLICKS_TRIGGER; default: 1 second)",
+    )
     args = parser.parse_args()
     global KEEP, USE_KAFKA
     KEEP = args.keep
@@ -713,8 +718,12 @@ def main() -> None:
     # Stopped by `timeout` or `kill`: unwind, so that the job and the servers are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     where = "a Kafka broker" if args.kafka else "the embedded log"
+    os.environ["CLICKS_TRIGGER"] = args.trigger  # the job's, through `job run`'s environment
     print(f"$ {command_line()}", flush=True)
-    print(f"bench_live: {os.cpu_count()} cores, trigger 1 s, 2 partitions of {where}", flush=True)
+    print(
+        f"bench_live: {os.cpu_count()} cores, trigger {args.trigger}, 2 partitions of {where}",
+        flush=True,
+    )
     with contextlib.ExitStack() as stack:
         start_servers(stack, storages)
         if "stall" in sections:
