@@ -37,18 +37,22 @@ class FailoverRoom(SupervisorBase):
                 return f"lease expired {late:.1f} s ago (margin {self.terms.margin_s:.1f} s)"
             return None
         # Not registered: it never held a lease, so it cannot have written anything.
-        # What its platform says of it, if anything (a pod's ErrImagePull): the cause the
-        # operator needs, in the event and in a job failed by a crash loop.
-        why = self.processes.why(record.handle)
-        said = f" ({why})" if why else ""
         if record.handle is not None and not self.processes.alive(record.handle, container_id):
-            return f"its process exited before it registered{said}"
+            return f"its process exited before it registered{self._said(record.handle)}"
         # A warm-up's readiness is bounded by its change's deadline (it may take long to
         # follow its old owners); anything else must register within the start-up bound,
         # counted from its launch whatever it heartbeats meanwhile.
         if self.model.warmup(container_id) is None and now > live.launched_at + self.startup_s:
-            return f"it did not register within {self.startup_s:.0f} s of its launch{said}"
+            bound = f"it did not register within {self.startup_s:.0f} s of its launch"
+            return f"{bound}{self._said(record.handle)}"
         return None
+
+    def _said(self, handle: str | None) -> str:
+        """What its platform says of a container that is not running (a pod's ErrImagePull),
+        as a suffix of the failover's reason: the cause the operator needs, in the event and
+        in a job failed by a crash loop. Asked only of a container that is failing over."""
+        why = self.processes.why(handle)
+        return f" ({why})" if why else ""
 
     def _reap_retired(self) -> None:
         """Forget retired containers that stopped; kill those whose lease and margin ran
