@@ -42,12 +42,15 @@ and from its launch to its complete output (broker timestamps), launch to
 first output, the CPU time of the process tree it started (utime + stime of
 every process, and of the children they reaped, from ``/proc``, sampled once
 the output is complete, before the stop; the broker's and this process's are
-not counted), and the median micro-batch duration (plain Spark: its progress'
+not counted), per input record over the whole run and after the first output
+(start-up left out: the CPU and input records from when the first output is
+read), and the median micro-batch duration (plain Spark: its progress'
 ``triggerExecution``; spark-elastic: each container's checkpoint, commit time
 minus offset-log time of each batch; each run's line also prints every
 batch, and what the coordinator's ``/status.json`` said of each container when
 the output was complete). Figures are medians over ``--runs``. The load
-average is printed before and after each variant.
+average is printed before and after each variant. ``--keep DIR`` keeps each
+variant's files there (a container's log has its start-up's steps).
 
 The first figure leaves out the time to a variant's first output, start-up
 and (Spark) its whole first micro-batch, yet counts that batch's records: a
@@ -641,13 +644,28 @@ KINDS = {
 }
 
 
+def covered(output: Output, per_key: bool) -> int:
+    """Input records the output read so far answers for: one per output record, or (a
+    count per key per batch) each key's latest count."""
+    if not per_key:
+        return len(output.records)
+    latest: dict[bytes | None, int] = {}
+    for _, key, value, _ in output.records:
+        latest[key] = int(value or b"0")
+    return sum(latest.values())
+
+
 def wait_complete(
     setup: Setup, name: str, variant: Variant, launched: Launched, output: Output
-) -> float:
-    """Read the output until it is complete; the tree's CPU seconds then."""
+) -> tuple[float, float, int]:
+    """Read the output until it is complete; the tree's CPU seconds then, and at the first
+    output (with the input records that output answers for)."""
     deadline = time.monotonic() + setup.deadline_s
     sampled = time.monotonic()
+    first: tuple[float, int] | None = None
     while not output.complete(output):
+        if first is None and output.records:
+            first = (launched.tree.sample(), covered(output, name == "spark"))
         if launched.tree.process.poll() is not None:
             raise BenchError(
                 f"{name} exited ({launched.tree.process.returncode}) before its output was "
@@ -663,9 +681,11 @@ def wait_complete(
             launched.tree.sample()  # every process of the tree, for the cleanup
             sampled = time.monotonic()
     cpu_s = launched.tree.sample()
+    if first is None:  # complete at its first read
+        first = (cpu_s, setup.records)
     if variant.at_complete is not None:
         variant.at_complete(launched)
-    return cpu_s
+    return cpu_s, first[0], first[1]
 
 
 def run_variant(setup: Setup, name: str, run: int) -> dict[str, float]:
@@ -678,7 +698,9 @@ def run_variant(setup: Setup, name: str, run: int) -> dict[str, float]:
         launched_at = time.time()
         launched = variant.launch(setup, name, out_topic)
         try:
-            cpu_s = wait_complete(setup, name, variant, launched, output)
+            cpu_s, first_cpu_s, first_covered = wait_complete(
+                setup, name, variant, launched, output
+            )
         finally:
             launched.tree.stop()
         output.drain()
@@ -695,6 +717,12 @@ def run_variant(setup: Setup, name: str, run: int) -> dict[str, float]:
         "complete_s": last - launched_at,
         "cpu_s": cpu_s,
         "cpu_us": cpu_s / setup.records * 1e6,
+        # After the first output: start-up (a JVM compiling, a session, workers) left out.
+        "steady_us": (
+            (cpu_s - first_cpu_s) / (setup.records - first_covered) * 1e6
+            if setup.records > first_covered
+            else float("nan")
+        ),
         "batch_s": statistics.median(batches) if batches else float("nan"),
         "batches": len(batches),
         "output_records": len(output.records),
@@ -706,7 +734,8 @@ def run_variant(setup: Setup, name: str, run: int) -> dict[str, float]:
         f"run {run + 1} {name}: {result['output_rate']:,.0f} records/s first to complete output "
         f"({result['launch_rate']:,.0f} from launch), first output {result['first_s']:.1f} s "
         f"after launch, complete at {result['complete_s']:.1f} s, CPU {cpu_s:.1f} s "
-        f"({result['cpu_us']:.0f} us a record), {len(output.records):,} output records, "
+        f"({result['cpu_us']:.0f} us a record; {result['steady_us']:.0f} after the first "
+        f"output), {len(output.records):,} output records, "
         f"median micro-batch {median_batch}; verified; "
         f"load average after {load()}",
         flush=True,
@@ -776,6 +805,7 @@ COLUMNS = (
     ("launch to first output (s)", "first_s", "{:.1f}"),
     ("CPU (s)", "cpu_s", "{:.1f}"),
     ("CPU per record (us)", "cpu_us", "{:.0f}"),
+    ("CPU per record after the first output (us)", "steady_us", "{:.0f}"),
     ("median micro-batch (s)", "batch_s", "{:.2f}"),
 )
 
@@ -814,7 +844,14 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="a Spark setting for spark-elastic's containers (repeatable), e.g. JVM options",
     )
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep each variant's files and logs in DIR (a new directory), not a temporary one",
+    )
     args = parser.parse_args()
+    if args.keep and Path(args.keep).exists():
+        parser.error(f"--keep: expected a directory that does not exist yet, found {args.keep!r}")
     if args.quick:
         args.records = 30_000
     names = [name.strip() for name in args.variants.split(",") if name.strip()]
@@ -831,7 +868,11 @@ def main() -> int:
     try:
         classpath = build_kafka_streams() if any(n.startswith("kstreams") for n in names) else ""
         with ExitStack() as stack:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-tput-")))
+            if args.keep:
+                work = Path(args.keep)
+                work.mkdir(parents=True)
+            else:
+                work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-tput-")))
             broker = stack.enter_context(kafka_jvm.running_kafka())
             kafka_jvm.create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
             produced = time.monotonic()

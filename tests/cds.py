@@ -18,7 +18,11 @@ nothing when the stamp still matches.
 archive is there; a JVM that cannot use it (another class path) says so on
 stderr and starts as it would have without it.
 
-Test tooling only: users' Spark applications are left as Spark makes them.
+Containers record and map an archive of their own
+(:mod:`spark_elastic.runtime.container.class_archive`, in the user's cache)
+unless their JVM is given one already: the suite's, named in
+``SPARK_SUBMIT_OPTS``, wins for every JVM the specs start, so a fresh clone's
+specs never wait for a container recording its classes.
 """
 
 from __future__ import annotations

@@ -302,6 +302,8 @@ FILE_STEPS_ALLOWED = {
     ("spark_elastic.state.shipped", "shutil.rmtree"),
     # Looking java up on PATH touches no file.
     ("spark_elastic.dataplane.session", "shutil.which"),
+    # A container JVM's class archive, in its host's cache: the host's file, not a job's.
+    ("spark_elastic.runtime.container.class_archive", "os.replace"),
 }
 _OS_FILE_STEPS = {"rename", "renames", "replace", "link", "symlink"}
 _PATH_FILE_STEPS = {"rename", "hardlink_to", "symlink_to", "link_to"}

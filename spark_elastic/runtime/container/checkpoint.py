@@ -37,6 +37,8 @@ from spark_elastic.state.checkpoint_dir import (
 from spark_elastic.storage import LocalStorage
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import SparkSession
 
     from spark_elastic.model.plan import JobPlan
@@ -44,8 +46,25 @@ if TYPE_CHECKING:
 _LOCAL = LocalStorage()
 
 
+def reads_published_alone(job: Job) -> bool:
+    """Whether the job's sink says what it published without Spark and without a seal first.
+
+    Such a sink (a transactional one with no ``claim``:
+    :class:`~spark_elastic.runtime.sinks.KafkaSink`) may be read while the
+    container's SparkSession starts: what the old owners published is final
+    once the container owns their tasks.
+    """
+    return sink_guarantee(job.sink) == TRANSACTIONAL and not callable(
+        getattr(job.sink, "claim", None)
+    )
+
+
 def published_fences(
-    job: Job, plan: JobPlan, mine: ContainerModel, spark: SparkSession | None = None
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    spark: SparkSession | None = None,
+    published: Sequence[Fence] | None = None,
 ) -> list[Fence]:
     """What earlier owners published of the partitions ``mine``'s tasks read (transactional
     sinks).
@@ -55,7 +74,8 @@ def published_fences(
     their lease ended). A sink that fences in its storage (``claim``, as
     :class:`~spark_elastic.runtime.sinks.ParquetSink` has) first seals their
     commits, so a write of theirs still in flight either counts here or
-    fails; then what the sink says it published is final.
+    fails; then what the sink says it published is final. ``published``:
+    what the sink said, read already (:func:`reads_published_alone`).
     """
     if sink_guarantee(job.sink) != TRANSACTIONAL:
         return []
@@ -67,12 +87,17 @@ def published_fences(
         sealed = claim(mine.generation, mine.container_id, keys, spark)
         if sealed:
             _log(f"sealed the sink's commits of earlier generations {sealed}")
-    published: list[Fence] = job.sink.published(job.name, mine.tasks)  # type: ignore[attr-defined]
+    if published is None:
+        published = job.sink.published(job.name, mine.tasks)  # type: ignore[attr-defined]
     return [f for f in highest(published) if f[0][1] in needed.get(f[0][0], ())]
 
 
 def _fence_published(
-    job: Job, plan: JobPlan, mine: ContainerModel, spark: SparkSession | None = None
+    job: Job,
+    plan: JobPlan,
+    mine: ContainerModel,
+    spark: SparkSession | None = None,
+    published: Sequence[Fence] | None = None,
 ) -> list[Fence]:
     """Make what earlier owners published this generation's output fences.
 
@@ -81,7 +106,7 @@ def _fence_published(
     a stateless one gets them back, for its query to leave those records out.
     Runs on the driver, once, after :func:`_prepare_checkpoint`.
     """
-    fences = published_fences(job, plan, mine, spark)
+    fences = published_fences(job, plan, mine, spark, published)
     if not fences:
         return []
     _log(f"the sink has output of {len(fences)} key buckets' records already: fenced")

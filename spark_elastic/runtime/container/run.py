@@ -23,11 +23,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ProtocolError
+from spark_elastic.runtime.container.class_archive import finish as finish_class_archive
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
 from spark_elastic.runtime.container.follow import scratch_for, sweep_scratch
@@ -88,6 +91,15 @@ def run_container(settings: ContainerSettings) -> int:
             _stop_within(query, settings.shutdown_s)
         client.report_failure(settings.container_id, exc)
         raise
+    finally:
+        finish_class_archive(_gateway_process())
+
+
+def _gateway_process() -> Any:
+    """The container's JVM (pyspark's gateway process), if its session ever started."""
+    context = sys.modules.get("pyspark.core.context")
+    gateway = None if context is None else getattr(context.SparkContext, "_gateway", None)
+    return getattr(gateway, "proc", None)
 
 
 def _run_container(
@@ -151,9 +163,10 @@ def _run_container(
     taken = warm_up.take_over(mine, model, plan)
     query = taken.query
     started.append(query)
+    steps = "".join(f"; {step} {seconds:.1f} s" for step, seconds in taken.steps)
     _log(
         f"running tasks {', '.join(mine.tasks)} in generation {mine.generation} "
-        f"({time.monotonic() - given:.1f} s after they were given)"
+        f"({time.monotonic() - given:.1f} s after they were given{steps})"
     )
     code = _supervise(query, job, plan, mine, client, stop, dead, given, taken.since)
     if stop.is_set() and not dead.is_set():
@@ -173,6 +186,19 @@ def _run_container(
         with contextlib.suppress(OSError, ValueError, ProtocolError):
             client.heartbeat(settings.container_id, stopped=True)
     return code
+
+
+def _durations(progress: Mapping[str, Any]) -> str:
+    """Where a batch's time went, as Spark's progress says (for the first batch's log line)."""
+    durations = progress.get("durationMs")
+    if not isinstance(durations, Mapping):
+        return ""
+    parts = [
+        f"{name} {ms / 1000:.1f} s"
+        for name, ms in durations.items()
+        if name != "triggerExecution" and isinstance(ms, int | float) and ms >= 50
+    ]
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _finish_batch(query: StreamingQuery, limit_s: float, dead: threading.Event) -> None:
@@ -243,7 +269,7 @@ def _supervise(
                 first = False
                 _log(
                     f"first batch {batch} done {time.monotonic() - given:.1f} s after the tasks "
-                    "were given"
+                    f"were given{_durations(progress)}"
                 )
             reported = at
             try:

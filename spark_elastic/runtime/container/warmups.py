@@ -34,7 +34,7 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +47,7 @@ from spark_elastic.runtime.container.checkpoint import (
     _prepare_checkpoint,
     _rescaled_starts,
     published_fences,
+    reads_published_alone,
 )
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import _log
@@ -104,7 +105,55 @@ def _warm_up(spark: SparkSession) -> None:
 
 def _pass_through(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """``mapInPandas`` function of the warm-up; runs on executors, once per partition."""
+    # What a stateful task's worker imports when it unpickles the processor.
+    import spark_elastic.state.processor  # noqa: F401
+
     yield from frames
+
+
+class _Ahead:
+    """A step of a container's start run beside the others, on a daemon thread (driver, once).
+
+    A daemon thread, so a step still waiting on an unreachable service (a
+    sink's brokers) never holds the process's exit back; its error is
+    raised where its result is asked for.
+    """
+
+    def __init__(self, step: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(step,), daemon=True)
+        self.thread.start()
+
+    def _run(self, step: Callable[[], Any]) -> None:
+        try:
+            self.value = step()
+        except BaseException as exc:  # raised again by result(), in the caller's thread
+            self.error = exc
+
+    def result(self) -> Any:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _warm_up_beside(spark: SparkSession) -> None:
+    """Start the Python workers while the driver plans the first batch (driver, once).
+
+    A cold container's first batch otherwise waits for the workers'
+    processes and imports (about 2 s on 2 cores); meanwhile the driver's
+    own start-up (its checkpoint, the sink's fences, the query's planning)
+    leaves the executors idle. A failure here only loses the head start.
+    """
+
+    def run() -> None:
+        try:
+            _warm_up(spark)
+        except Exception as exc:
+            _log(f"starting the Python workers ahead failed ({first_line(exc)})")
+
+    threading.Thread(target=run, name="spark-elastic-warm-workers", daemon=True).start()
 
 
 def _rehearse(
@@ -149,6 +198,21 @@ class Taken:
     since: str = ""
     """Trigger timestamp of the query's last batch as a warm-up (ISO 8601): those batches
     published nothing and are not reported as the owner's."""
+    steps: tuple[tuple[str, float], ...] = ()
+    """Where the take-over's time went, ``(step, seconds)`` in order, for the container's log."""
+
+
+class _Steps:
+    """Times a take-over's steps one after another (driver, once per take-over)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.taken: tuple[tuple[str, float], ...] = ()
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.taken += ((step, now - self.last),)
+        self.last = now
 
 
 class WarmUp(Protocol):
@@ -226,17 +290,32 @@ class _Cold:
 
     def take_over(self, mine: ContainerModel, model: JobModel, plan: JobPlan) -> Taken:
         """Its checkpoint from its predecessors' (:mod:`.checkpoint`), and its query on it."""
+        steps = _Steps()
+        job = self.job
+        # What the old owners published is final now that this container owns their tasks:
+        # a sink that can say so without Spark is read while the session starts.
+        early = (
+            _Ahead(lambda: job.sink.published(job.name, mine.tasks))  # type: ignore[attr-defined]
+            if reads_published_alone(job)
+            else None
+        )
         if self.spark is None:
-            self.spark = _job_session(self.job, self.module, self.settings)
+            self.spark = _job_session(job, self.module, self.settings)
+            steps.done("Spark session")
+            if job.processor is not None:
+                _warm_up_beside(self.spark)
         starts = _prepare_checkpoint(
-            mine, plan, self.job.processor is not None, self.spark, reopen=self.job.holds_back
+            mine, plan, job.processor is not None, self.spark, reopen=job.holds_back
         )
-        quiet = _fence_published(self.job, plan, mine, self.spark)
-        return Taken(
-            _start_query(
-                self.spark, self.job, plan, mine, self.lease, self.settings, starts, quiet=quiet
-            )
+        steps.done("checkpoint")
+        published = None if early is None else early.result()
+        quiet = _fence_published(job, plan, mine, self.spark, published)
+        steps.done("published fences")
+        query = _start_query(
+            self.spark, job, plan, mine, self.lease, self.settings, starts, quiet=quiet
         )
+        steps.done("query start")
+        return Taken(query, steps=steps.taken)
 
     def discard(self) -> None:
         """Nothing of its own to remove."""

@@ -1,0 +1,225 @@
+"""A container JVM's class archive (AppCDS): the classes of one run, mapped by later ones.
+
+Before its first batch a container's JVM loads and verifies some 15,000
+classes of the JDK, Spark, Hadoop and Kafka. Mapping them from a class data
+sharing archive instead takes about 3 s off a container's start on 2 cores
+(a SparkSession in 2.5 s instead of 4.3, a first query in 1.5 s instead of
+2.7; docs/benchmarks.md, "A container's first minute"). So a moved task's
+new owner, a failover's successor and a scaled-out container start sooner.
+
+The first container of a host (per Java, Spark and jar set) records the
+classes it loads (``-XX:ArchiveClassesAtExit``; its own start is about 3 s
+slower) and, once its JVM has exited cleanly, its archive is moved into
+place; later containers map it (``-XX:SharedArchiveFile``). A JVM given a
+truncated archive crashes (SIGBUS), so only a complete one is ever moved
+in: written under a name of its own, renamed once its JVM exited with 0.
+One container records at a time (a claim file; one older than
+:data:`STALE_S` is taken over). An archive that no longer matches (another
+JDK, changed jars) is refused by the JVM itself, which then loads its
+classes as usual.
+
+Where: ``$SPARK_ELASTIC_CLASS_ARCHIVES`` (a directory, or ``off``), by
+default ``$XDG_CACHE_HOME/spark-elastic/class-archives`` (``~/.cache/...``).
+A job that sets its own ``-XX:SharedArchiveFile``, ``-XX:ArchiveClassesAtExit``
+or ``-Xshare`` (in ``spark.driver.extraJavaOptions``, ``SPARK_SUBMIT_OPTS``,
+``JAVA_TOOL_OPTIONS`` or ``JDK_JAVA_OPTIONS``) keeps them, and none are added.
+
+Runs on a container's driver: :func:`java_options` once before its
+SparkSession starts, :func:`finish` once at its exit. Standard library only,
+plus :mod:`spark_elastic.runtime.container.console`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spark_elastic.runtime.container.console import _log
+
+__all__ = ["ENV", "STALE_S", "ClassArchive", "archive_dir", "finish", "java_options"]
+
+ENV = "SPARK_ELASTIC_CLASS_ARCHIVES"
+"""The environment variable naming the archives' directory, or ``off``."""
+STALE_S = 600.0
+"""A claim or a partial archive this old belongs to a container that never finished."""
+EXIT_S = 60.0
+"""How long a recording container waits for its JVM to write the archive and exit."""
+_THEIRS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
+_ENVIRONMENT_OPTIONS = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+"""The JVM warns on stdout of every class it cannot archive (signed jars, old class files)."""
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """What a container's JVM does with its class archive.
+
+    Attributes
+    ----------
+    options
+        Java options to add to the driver's (empty: none).
+    final
+        The archive later containers map.
+    recording
+        Where this JVM writes its archive at exit, if it records one.
+    claim
+        The claim file this container holds while it records.
+    """
+
+    options: str
+    final: Path
+    recording: Path | None = None
+    claim: Path | None = None
+
+
+_CURRENT: list[ClassArchive] = []
+
+
+def archive_dir(environ: os._Environ[str] | dict[str, str] | None = None) -> Path | None:
+    """The archives' directory, or None when ``$SPARK_ELASTIC_CLASS_ARCHIVES`` is ``off``."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(ENV, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "spark-elastic" / "class-archives"
+
+
+def archive_key(java: str, spark_home: str, conf: dict[str, str]) -> str:
+    """Which archive fits this JVM: its Java, Spark's jars, the job's jars and class path.
+
+    The JVM checks the class path itself and refuses an archive that does
+    not fit; the key only keeps different set-ups from replacing each
+    other's archives.
+    """
+    real = os.path.realpath(java)
+    parts = [real, str(_mtime(real))]
+    jars = Path(spark_home) / "jars"
+    if jars.is_dir():
+        parts += sorted(entry.name for entry in jars.iterdir())
+    for key in ("spark.jars", "spark.driver.extraClassPath", "spark.jars.packages"):
+        parts.append(f"{key}={conf.get(key, '')}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def _mtime(path: str) -> int:
+    try:
+        return int(os.stat(path).st_mtime)
+    except OSError:
+        return 0
+
+
+def java_options(java: str, spark_home: str, conf: dict[str, str]) -> str:
+    """The class-archive options for a container's JVM (empty when there are none).
+
+    Maps the archive when there is one; else records one unless another
+    container is recording (then none). Remembers what it chose for
+    :func:`finish`.
+    """
+    directory = archive_dir()
+    # Spark's launcher puts SPARK_SUBMIT_OPTS before the driver's options; the JVM reads the
+    # other two itself. Sharing options there are the user's too (and would conflict).
+    theirs = " ".join(
+        [conf.get("spark.driver.extraJavaOptions", "")]
+        + [os.environ.get(name, "") for name in _ENVIRONMENT_OPTIONS]
+    )
+    if directory is None or any(option in theirs for option in _THEIRS):
+        return ""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _sweep(directory)
+    except OSError as exc:
+        _log(f"no class archive: {directory} is not writable ({exc.strerror or exc})")
+        return ""
+    key = archive_key(java, spark_home, conf)
+    final = directory / f"{key}.jsa"
+    if final.is_file():
+        chosen = ClassArchive(f"-XX:SharedArchiveFile={final} {_QUIET}", final)
+    else:
+        claim = directory / f"{key}.recording"
+        if not _claimed(claim):
+            return ""
+        recording = directory / f"{key}.{os.getpid()}.partial"
+        chosen = ClassArchive(
+            f"-XX:ArchiveClassesAtExit={recording} {_QUIET}", final, recording, claim
+        )
+        _log(f"recording the JVM's classes for later containers' starts ({final})")
+    _CURRENT[:] = [chosen]
+    return chosen.options
+
+
+def _claimed(claim: Path) -> bool:
+    """Take the recording claim, or a stale one over; False if another container holds it."""
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                if time.time() - claim.stat().st_mtime < STALE_S:
+                    return False
+                claim.unlink()
+            except FileNotFoundError:
+                pass
+            continue
+        except OSError:
+            return False
+        with os.fdopen(fd, "w") as out:
+            out.write(f"{os.getpid()}\n")
+        return True
+    return False
+
+
+def _sweep(directory: Path) -> None:
+    """Delete partial archives of containers that never finished (killed while recording)."""
+    now = time.time()
+    for partial in directory.glob("*.partial"):
+        try:
+            if now - partial.stat().st_mtime > STALE_S:
+                partial.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def finish(gateway_process: subprocess.Popen[Any] | None) -> None:
+    """At a recording container's exit: let its JVM write the archive, then move it in.
+
+    Closes the JVM's stdin (pyspark's gateway then exits, and the JVM writes
+    the archive as it does), waits up to :data:`EXIT_S`, and renames the
+    archive into place only if the JVM exited with 0. Does nothing for a
+    container that did not record. Runs last: no Spark call works after it.
+    """
+    archive = _CURRENT.pop() if _CURRENT else None
+    recording = None if archive is None else archive.recording
+    if archive is None or recording is None:
+        return
+    started = time.monotonic()
+    try:
+        code = None
+        if gateway_process is not None:
+            if gateway_process.stdin is not None:
+                gateway_process.stdin.close()
+            try:
+                code = gateway_process.wait(EXIT_S)
+            except subprocess.TimeoutExpired:
+                gateway_process.kill()
+                _log(f"the JVM did not exit within {EXIT_S:g} s: its class archive is dropped")
+        if code == 0 and recording.is_file() and recording.stat().st_size > 0:
+            os.replace(recording, archive.final)
+            size = archive.final.stat().st_size / 2**20
+            _log(
+                f"recorded the JVM's classes in {time.monotonic() - started:.1f} s "
+                f"({size:.0f} MiB): later containers map them ({archive.final})"
+            )
+        elif code is not None and code != 0:
+            _log(f"the JVM exited with {code}: its class archive is dropped")
+    finally:
+        for leftover in (archive.recording, archive.claim):
+            if leftover is not None:
+                leftover.unlink(missing_ok=True)
