@@ -404,6 +404,8 @@ class Setup:
     deadline_s: float = 0.0
     container_conf: tuple[str, ...] = ()
     """Extra ``KEY=VALUE`` Spark settings for spark-elastic's containers (``--container-conf``)."""
+    container_master: str | None = None
+    """Each container's Spark master (``--container-master``; ``job run``'s default if None)."""
 
 
 @dataclass
@@ -553,6 +555,7 @@ def launch_elastic(setup: Setup, name: str, out: str) -> Launched:
         *("--containers", str(containers), "--port", "0"),
         *("--conf", f"spark.jars={','.join(kafka_jvm.spark_kafka_jars())}"),
         *(arg for setting in setup.container_conf for arg in ("--conf", setting)),
+        *(("--master", setup.container_master) if setup.container_master else ()),
     ]
     launched = Launched(start(command, log, env), log)
     deadline = time.monotonic() + 120
@@ -845,6 +848,11 @@ def main() -> int:
         help="a Spark setting for spark-elastic's containers (repeatable), e.g. JVM options",
     )
     parser.add_argument(
+        "--container-master",
+        metavar="URL",
+        help="each spark-elastic container's Spark master (default: job run's, local[2])",
+    )
+    parser.add_argument(
         "--keep",
         metavar="DIR",
         help="keep each variant's files and logs in DIR (a new directory), not a temporary one",
@@ -896,6 +904,7 @@ def main() -> int:
                 classpath,
                 deadline_s=300 + args.records / 200,
                 container_conf=tuple(args.container_conf),
+                container_master=args.container_master,
             )
             results: dict[str, list[dict[str, float]]] = {}
             for run in range(args.runs):
