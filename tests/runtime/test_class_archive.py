@@ -22,6 +22,7 @@ import pytest
 from spark_elastic.runtime.container import class_archive
 from spark_elastic.runtime.container.class_archive import (
     ENV,
+    RETRY_S,
     STALE_S,
     archive_dir,
     archive_key,
@@ -93,20 +94,36 @@ def test_a_complete_archive_goes_into_place_and_the_next_container_maps_it(
     assert sorted(p.name for p in archives.iterdir()) == [final.name]  # no claim, no partial
     second = java_options(JAVA, str(tmp_path), {})
     assert second.startswith(f"-XX:SharedArchiveFile={final} ")
-    finish(_exits_writing(None))  # a mapping container's exit leaves the archive as it is
+    finish(None)  # a mapping container's exit leaves the archive as it is
     assert final.read_bytes() == b"classes"
 
 
 def test_an_archive_whose_jvm_did_not_exit_cleanly_is_never_put_in_place(
-    archives: Path, tmp_path: Path
+    archives: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A JVM given a truncated archive crashes: only one its JVM finished with 0 is used.
     first = java_options(JAVA, str(tmp_path), {})
     recording = Path(first.split()[0].split("=", 1)[1])
     finish(_exits_writing(recording, code=1))
-    assert list(archives.iterdir()) == []
-    # The claim went with it: the next container records again.
+    key = archive_key(JAVA, str(tmp_path), {})
+    assert [p.name for p in archives.iterdir()] == [f"{key}.failed"]
+    # A set-up the JVM cannot archive would slow every start that records in vain: for a
+    # day, containers run without, and say why.
+    assert java_options(JAVA, str(tmp_path), {}) == ""
+    assert "the last recording failed (the JVM exited with 1" in capsys.readouterr().err
+    old = time.time() - RETRY_S - 1
+    os.utime(archives / f"{key}.failed", (old, old))
     assert java_options(JAVA, str(tmp_path), {}).startswith("-XX:ArchiveClassesAtExit=")
+
+
+def test_a_jvm_that_exits_cleanly_without_writing_an_archive_counts_as_a_failure(
+    archives: Path, tmp_path: Path
+) -> None:
+    java_options(JAVA, str(tmp_path), {})
+    finish(_exits_writing(None))
+    key = archive_key(JAVA, str(tmp_path), {})
+    assert "the JVM wrote no archive" in (archives / f"{key}.failed").read_text()
+    assert java_options(JAVA, str(tmp_path), {}) == ""
 
 
 def test_a_killed_recorders_claim_and_partial_archive_are_taken_over_when_stale(

@@ -14,9 +14,12 @@ place; later containers map it (``-XX:SharedArchiveFile``). A JVM given a
 truncated archive crashes (SIGBUS), so only a complete one is ever moved
 in: written under a name of its own, renamed once its JVM exited with 0.
 One container records at a time (a claim file; one older than
-:data:`STALE_S` is taken over). An archive that no longer matches (another
-JDK, changed jars) is refused by the JVM itself, which then loads its
-classes as usual.
+:data:`STALE_S` is taken over). A recording that fails (the JVM exits
+with an error, or writes nothing: a non-empty directory on the class path
+cannot be archived) is not tried again for :data:`RETRY_S`: every
+container of that set-up would otherwise start 3 s slower in vain. An
+archive that no longer matches (another JDK, changed jars) is refused by
+the JVM itself, which then loads its classes as usual.
 
 Where: ``$SPARK_ELASTIC_CLASS_ARCHIVES`` (a directory, or ``off``), by
 default ``$XDG_CACHE_HOME/spark-elastic/class-archives`` (``~/.cache/...``).
@@ -31,6 +34,7 @@ plus :mod:`spark_elastic.runtime.container.console`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -47,6 +51,8 @@ ENV = "SPARK_ELASTIC_CLASS_ARCHIVES"
 """The environment variable naming the archives' directory, or ``off``."""
 STALE_S = 600.0
 """A claim or a partial archive this old belongs to a container that never finished."""
+RETRY_S = 86_400.0
+"""After a recording failed, how long containers of that set-up run without one."""
 EXIT_S = 60.0
 """How long a recording container waits for its JVM to write the archive and exit."""
 _THEIRS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
@@ -140,8 +146,15 @@ def java_options(java: str, spark_home: str, conf: dict[str, str]) -> str:
         return ""
     key = archive_key(java, spark_home, conf)
     final = directory / f"{key}.jsa"
+    failed = directory / f"{key}.failed"
     if final.is_file():
         chosen = ClassArchive(f"-XX:SharedArchiveFile={final} {_QUIET}", final)
+    elif _younger_than(failed, RETRY_S):
+        # An environment the JVM cannot archive (a non-empty directory on the class path,
+        # say) would otherwise slow every container's start that records in vain.
+        reason = failed.read_text(errors="replace").strip()
+        _log(f"no class archive: the last recording failed ({reason}); delete {failed} to retry")
+        return ""
     else:
         claim = directory / f"{key}.recording"
         if not _claimed(claim):
@@ -153,6 +166,13 @@ def java_options(java: str, spark_home: str, conf: dict[str, str]) -> str:
         _log(f"recording the JVM's classes for later containers' starts ({final})")
     _CURRENT[:] = [chosen]
     return chosen.options
+
+
+def _younger_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except OSError:
+        return False
 
 
 def _claimed(claim: Path) -> bool:
@@ -187,6 +207,13 @@ def _sweep(directory: Path) -> None:
             pass
 
 
+def _failed(marker: Path, why: str) -> None:
+    """Say for a day that recording fails here (see :data:`RETRY_S`)."""
+    # A directory gone read-only: the next container finds out for itself.
+    with contextlib.suppress(OSError):
+        marker.write_text(f"{why}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+
+
 def finish(gateway_process: subprocess.Popen[Any] | None) -> None:
     """At a recording container's exit: let its JVM write the archive, then move it in.
 
@@ -217,8 +244,10 @@ def finish(gateway_process: subprocess.Popen[Any] | None) -> None:
                 f"recorded the JVM's classes in {time.monotonic() - started:.1f} s "
                 f"({size:.0f} MiB): later containers map them ({archive.final})"
             )
-        elif code is not None and code != 0:
-            _log(f"the JVM exited with {code}: its class archive is dropped")
+        elif code is not None:
+            why = f"the JVM exited with {code}" if code else "the JVM wrote no archive"
+            _log(f"{why}: its class archive is dropped")
+            _failed(archive.final.with_suffix(".failed"), why)
     finally:
         for leftover in (archive.recording, archive.claim):
             if leftover is not None:
