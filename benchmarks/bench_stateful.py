@@ -20,13 +20,17 @@ their variants (the first of a round rotates), medians reported.
    process after its SparkSession started (as a container that rescales its
    checkpoint and restarts its query would); against Spark's own offline
    repartition (4.2+, private, RocksDB only, cannot change the factor) of the
-   same checkpoint, in a fresh process too.
+   same checkpoint, in a fresh process too. ``--class-archive``: those fresh
+   processes map a class archive as containers do
+   (:mod:`spark_elastic.runtime.container.class_archive`; the one that builds
+   the state records it when the host has none).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
@@ -128,13 +132,36 @@ def peak_memory_mb() -> float:
     return own + jvm
 
 
+ARCHIVE_ENV = "BENCH_CLASS_ARCHIVE"
+"""Set by ``--class-archive`` for the fresh processes: they map a class archive as containers do."""
+
+
 def session() -> Any:
     from spark_elastic import register_log_source
-    from spark_elastic.dataplane.session import local_session
+    from spark_elastic.dataplane.session import _DEFAULT_CONF, local_session
 
-    spark = local_session("bench-stateful", conf={"spark.driver.memory": "4g"})
+    conf = {"spark.driver.memory": "4g"}
+    if os.environ.get(ARCHIVE_ENV) == "1":
+        import pyspark
+
+        from spark_elastic.dataplane.session import find_java
+        from spark_elastic.runtime.container.class_archive import java_options
+
+        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+        options = _DEFAULT_CONF["spark.driver.extraJavaOptions"]
+        archive = java_options(find_java(), spark_home, {**_DEFAULT_CONF, **conf})
+        conf["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
+    spark = local_session("bench-stateful", conf=conf)
     register_log_source(spark)
     return spark
+
+
+def stop(spark: Any) -> None:
+    """Stop a fresh process's session; one that recorded a class archive writes it now."""
+    from spark_elastic.runtime.container.class_archive import finish
+
+    spark.stop()
+    finish(spark.sparkContext._gateway.proc)
 
 
 def events(spark: Any, log_dir: Path, checkpoint: Path, max_per_trigger: int) -> Any:
@@ -412,9 +439,16 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument(
+        "--class-archive",
+        action="store_true",
+        help="rescale's fresh processes map a class archive as containers do (the first records)",
+    )
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    if args.class_archive:
+        os.environ[ARCHIVE_ENV] = "1"  # for the fresh processes (child() passes the environment)
     only = set(args.only.split(","))
     chosen = set(args.variants.split(","))
     for name, given, allowed in (("--only", only, SECTIONS), ("--variants", chosen, VARIANTS)):
@@ -448,7 +482,7 @@ def private(command: str, argv: list[str]) -> None:
         offline = time.perf_counter() - started
         first = ours(spark, Path(argv[3]), Path(argv[1]), int(argv[2]), BATCH)
         print(json.dumps({"offline": offline, "first": first, "peak_mb": peak_memory_mb()}))
-        spark.stop()
+        stop(spark)
         return
     if command == "_spark":
         spark._streamingCheckpointManager.repartition(argv[0], 8)
@@ -456,7 +490,7 @@ def private(command: str, argv: list[str]) -> None:
         ours(spark, Path(argv[0]), Path(argv[1]), int(argv[2]), int(argv[3]))
     seconds = time.perf_counter() - started
     print(json.dumps({"seconds": seconds, "peak_mb": peak_memory_mb()}))
-    spark.stop()
+    stop(spark)
 
 
 if __name__ == "__main__":
