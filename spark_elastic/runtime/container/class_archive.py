@@ -4,7 +4,7 @@ Before its first batch a container's JVM loads and verifies some 15,000
 classes of the JDK, Spark, Hadoop and Kafka. Mapping them from a class data
 sharing archive instead takes about 3 s off a container's start on 2 cores
 (a SparkSession in 2.5 s instead of 4.3, a first query in 1.5 s instead of
-2.7; docs/benchmarks.md, "A container's first minute"). So a moved task's
+2.7; docs/benchmarks.md, "A container's first seconds"). So a moved task's
 new owner, a failover's successor and a scaled-out container start sooner.
 
 The first container of a host (per Java, Spark and jar set) records the
@@ -14,7 +14,8 @@ place; later containers map it (``-XX:SharedArchiveFile``). A JVM given a
 truncated archive crashes (SIGBUS), so only a complete one is ever moved
 in: written under a name of its own, renamed once its JVM exited with 0.
 One container records at a time (a claim file; one older than
-:data:`STALE_S` is taken over). A recording that fails (the JVM exits
+:data:`STALE_S` is taken over, as a long-running recorder writes nothing
+until it exits). A recording that fails (the JVM exits
 with an error, or writes nothing: a non-empty directory on the class path
 cannot be archived) is not tried again for :data:`RETRY_S`: every
 container of that set-up would otherwise start 3 s slower in vain. An
@@ -45,7 +46,7 @@ from typing import Any
 
 from spark_elastic.runtime.container.console import _log
 
-__all__ = ["ENV", "STALE_S", "ClassArchive", "archive_dir", "finish", "java_options"]
+__all__ = ["ENV", "RETRY_S", "STALE_S", "ClassArchive", "archive_dir", "finish", "java_options"]
 
 ENV = "SPARK_ELASTIC_CLASS_ARCHIVES"
 """The environment variable naming the archives' directory, or ``off``."""
