@@ -144,6 +144,8 @@ class Sink(Protocol):
     highest :attr:`BatchContext.covers` it published per key bucket, for
     the job named ``job``; ``tasks`` are the new owner's (a sink may fence
     their earlier writers first, as a Kafka transactional producer does).
+    Without a ``claim``, the container calls it on a thread of its own while
+    its SparkSession starts: it must not need Spark.
 
     A transactional sink that fences in its storage also has ``claim(generation,
     container_id, keys, spark)``, which the container calls before ``published``
