@@ -142,15 +142,10 @@ def session() -> Any:
 
     conf = {"spark.driver.memory": "4g"}
     if os.environ.get(ARCHIVE_ENV) == "1":
-        import pyspark
-
         from spark_elastic.dataplane.session import find_java
-        from spark_elastic.runtime.container.class_archive import java_options
+        from spark_elastic.runtime.container.class_archive import with_class_archive
 
-        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-        options = _DEFAULT_CONF["spark.driver.extraJavaOptions"]
-        archive = java_options(find_java(), spark_home, {**_DEFAULT_CONF, **conf})
-        conf["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
+        conf = with_class_archive({**_DEFAULT_CONF, **conf}, find_java())
     spark = local_session("bench-stateful", conf=conf)
     register_log_source(spark)
     return spark

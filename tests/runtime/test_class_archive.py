@@ -28,6 +28,7 @@ from spark_elastic.runtime.container.class_archive import (
     archive_key,
     finish,
     java_options,
+    with_class_archive,
 )
 
 JAVA = sys.executable  # any real file: the key reads its path and modification time
@@ -81,6 +82,16 @@ def test_the_first_container_records_and_a_second_meanwhile_runs_without(
     assert recording.name.endswith(f".{os.getpid()}.partial")
     # Another container of the host while the first records: no second recording.
     assert java_options(JAVA, str(tmp_path), {}) == ""
+
+
+def test_the_archive_options_come_after_the_drivers_own_and_the_rest_is_kept(
+    archives: Path,
+) -> None:
+    conf = {"spark.driver.extraJavaOptions": "-Xss16m", "spark.ui.enabled": "false"}
+    out = with_class_archive(conf, JAVA)
+    assert out["spark.ui.enabled"] == "false"
+    assert out["spark.driver.extraJavaOptions"].startswith("-Xss16m -XX:ArchiveClassesAtExit=")
+    assert conf["spark.driver.extraJavaOptions"] == "-Xss16m"  # the caller's is left as it was
 
 
 def test_a_complete_archive_goes_into_place_and_the_next_container_maps_it(

@@ -28,9 +28,11 @@ A job that sets its own ``-XX:SharedArchiveFile``, ``-XX:ArchiveClassesAtExit``
 or ``-Xshare`` (in ``spark.driver.extraJavaOptions``, ``SPARK_SUBMIT_OPTS``,
 ``JAVA_TOOL_OPTIONS`` or ``JDK_JAVA_OPTIONS``) keeps them, and none are added.
 
-Runs on a container's driver: :func:`java_options` once before its
-SparkSession starts, :func:`finish` once at its exit. Standard library only,
-plus :mod:`spark_elastic.runtime.container.console`.
+Runs on a container's driver: :func:`with_class_archive` (or
+:func:`java_options`) once before its SparkSession starts, :func:`finish`
+once at its exit. Standard library only, plus
+:mod:`spark_elastic.runtime.container.console` (and pyspark's
+``find_spark_home`` inside :func:`with_class_archive`).
 """
 
 from __future__ import annotations
@@ -40,13 +42,23 @@ import hashlib
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spark_elastic.runtime.container.console import _log
 
-__all__ = ["ENV", "RETRY_S", "STALE_S", "ClassArchive", "archive_dir", "finish", "java_options"]
+__all__ = [
+    "ENV",
+    "RETRY_S",
+    "STALE_S",
+    "ClassArchive",
+    "archive_dir",
+    "finish",
+    "java_options",
+    "with_class_archive",
+]
 
 ENV = "SPARK_ELASTIC_CLASS_ARCHIVES"
 """The environment variable naming the archives' directory, or ``off``."""
@@ -99,7 +111,7 @@ def archive_dir(environ: os._Environ[str] | dict[str, str] | None = None) -> Pat
     return Path(cache) / "spark-elastic" / "class-archives"
 
 
-def archive_key(java: str, spark_home: str, conf: dict[str, str]) -> str:
+def archive_key(java: str, spark_home: str, conf: Mapping[str, str]) -> str:
     """Which archive fits this JVM: its Java, Spark's jars, the job's jars and class path.
 
     The JVM checks the class path itself and refuses an archive that does
@@ -123,7 +135,33 @@ def _mtime(path: str) -> int:
         return 0
 
 
-def java_options(java: str, spark_home: str, conf: dict[str, str]) -> str:
+def with_class_archive(conf: Mapping[str, str], java: str) -> dict[str, str]:
+    """``conf`` with the class-archive options (:func:`java_options`) after the driver's own.
+
+    Parameters
+    ----------
+    conf
+        The Spark settings the session is about to start with.
+    java
+        The ``java`` executable Spark will run.
+
+    Returns
+    -------
+    dict
+        A copy of ``conf``; its ``spark.driver.extraJavaOptions`` extended
+        when there is an archive to map or to record.
+    """
+    from pyspark.find_spark_home import _find_spark_home
+
+    out = dict(conf)
+    archive = java_options(java, _find_spark_home(), out)
+    if archive:
+        own = out.get("spark.driver.extraJavaOptions", "")
+        out["spark.driver.extraJavaOptions"] = f"{own} {archive}".strip()
+    return out
+
+
+def java_options(java: str, spark_home: str, conf: Mapping[str, str]) -> str:
     """The class-archive options for a container's JVM (empty when there are none).
 
     Maps the archive when there is one; else records one unless another

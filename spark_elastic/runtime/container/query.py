@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import InputError, ProtocolError
-from spark_elastic.runtime.container.class_archive import java_options
+from spark_elastic.runtime.container.class_archive import with_class_archive
 from spark_elastic.runtime.container.console import EXIT_FENCED, _log
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.job import Job
@@ -46,15 +46,10 @@ def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSessi
 
     java = find_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import pyspark
     from pyspark.sql import SparkSession
 
     conf = {**_DEFAULT_CONF, **dict(job.spark_conf), **settings.spark_conf}
-    spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    archive = java_options(java, spark_home, conf)
-    if archive:
-        options = conf.get("spark.driver.extraJavaOptions", "")
-        conf["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
+    conf = with_class_archive(conf, java)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
