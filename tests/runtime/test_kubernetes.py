@@ -23,6 +23,7 @@ it deleted mid-run, its output exact.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from jobs import (
     APPLY_DEADLINE_S,
@@ -398,6 +400,48 @@ def test_an_api_server_out_of_reach_or_an_owner_pod_missing_is_one_line(
     assert "\n" not in str(unreachable.value)
 
 
+ANSWER_DEADLINE_S = 10
+"""A deadline for the specs' API server's answer (the mock's stall was 30 s), not a measure."""
+
+
+def test_the_specs_api_server_answers_while_watches_are_dropped_mid_burst() -> None:
+    """The harness's own spec: fabric8's mock, left as it is, stopped answering for 30 s when
+    a watch's socket closed while it was sending that watch an event (ClosesOffTheLoop.java).
+    A fresh server each time: the stall showed on a server's first bursts, not on a warm one."""
+
+    def a_pod(name: str) -> dict[str, Any]:
+        spec = {"containers": [{"name": "c", "image": IMAGE}]}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+    async def burst_then_list(url: str, namespace: str) -> None:
+        pods = f"{url}/api/v1/namespaces/{namespace}/pods"
+        async with aiohttp.ClientSession() as session:
+            watch = await session.ws_connect(pods.replace("http", "ws", 1) + "?watch=true")
+
+            async def create(i: int) -> None:
+                async with session.post(pods, json=a_pod(f"p{i}")) as response:
+                    await response.read()
+
+            creates = [asyncio.create_task(create(i)) for i in range(40)]
+            await asyncio.sleep(0.01)
+            watch_connection = watch._response.connection  # type: ignore[attr-defined]
+            watch_connection.transport.abort()  # dropped, as a coordinator that dies drops it
+            await asyncio.gather(*creates, return_exceptions=True)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(pods, timeout=aiohttp.ClientTimeout(total=ANSWER_DEADLINE_S)) as response,
+        ):
+            assert response.status == 200
+            await response.read()
+
+    for attempt in range(2):
+        with running_api_server() as server:
+            try:
+                asyncio.run(burst_then_list(server.url, f"burst-{attempt}"))
+            except TimeoutError:
+                pytest.fail(f"no answer within {ANSWER_DEADLINE_S} s of a watch dropped mid-burst")
+
+
 # The coordinator with it
 
 
@@ -601,7 +645,9 @@ def test_the_click_count_job_runs_in_pods_and_a_pod_deleted_mid_run_loses_nothin
         )
         rows = wait_until("two containers run in pods", lambda: running_pods_of(job, 2))
         victim = min(rows)
-        wait_until("a first batch published", lambda: published_batches(job.out, victim))
+        wait_until(
+            "a first batch published", lambda: published_batches(job.out, victim), APPLY_DEADLINE_S
+        )
         produce(EmbeddedLog(clicks / "log"), RECORDS, 2000)
         name = next(
             p["metadata"]["name"]

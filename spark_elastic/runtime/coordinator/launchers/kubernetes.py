@@ -91,8 +91,6 @@ START_TIMEOUT_S = 30.0
 RELIST_BACKOFF_S = (0.2, 5.0)
 """A watch that ended is listed again after the first figure, doubling up to the second while
 the API server does not answer."""
-SETTLED_S = 0.2
-"""How long the watch must have been quiet for :meth:`KubernetesLauncher.close` to end it."""
 KILL_GRACE_S = 1
 """A kill is a deletion with 1 s of grace, not 0: a grace of 0 removes the pod object at once
 (a force deletion), before its process is stopped, so the coordinator would take it for gone
@@ -347,7 +345,6 @@ class KubernetesLauncher:
     """UID -> (container id, monotonic time of its creation) of pods this launcher created that
     neither a list made since nor a watch event has shown."""
     _listed_at: float = field(default=-math.inf, repr=False)
-    _last_event: float = field(default=-math.inf, repr=False)
     _owner: dict[str, str] | None = field(default=None, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _api: Any = field(default=None, repr=False)
@@ -401,25 +398,11 @@ class KubernetesLauncher:
         loop.call_soon(ready.set)
         loop.run_forever()
 
-    def close(self, settle_s: float = 1.0) -> None:
-        """Stop watching and close the client (the pods run on).
-
-        It first gives the watch up to ``settle_s`` to report the pods this
-        launcher created and to be quiet for :data:`SETTLED_S`, so that the
-        watch ends with no event on its way:
-        fabric8's mock API server (the specs') stalls every request for
-        seconds when a watch ends while it is sending it an event.
-        """
+    def close(self) -> None:
+        """Stop watching and close the client (the pods run on)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        deadline = time.monotonic() + settle_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                quiet = time.monotonic() - self._last_event >= SETTLED_S
-                if not self._own and quiet:
-                    break
-            time.sleep(0.02)
         with contextlib.suppress(Exception):
             self._call(self._disconnect(), REQUEST_TIMEOUT_S)
         loop.call_soon_threadsafe(loop.stop)
@@ -512,9 +495,7 @@ class KubernetesLauncher:
 
     async def _disconnect(self) -> None:
         # The connections first, the watch's among them, so that it ends without a close
-        # handshake: a coordinator on its way out has no use for one, and fabric8's mock
-        # server (the specs') blocks every request for seconds when a watch is closed
-        # politely while it still has events to send.
+        # handshake: a coordinator on its way out has no use for one.
         if self._api is not None:
             await self._api.close()
         if self._watching is not None:
@@ -599,7 +580,6 @@ class KubernetesLauncher:
                     if pods is None:
                         return  # 410 Gone or an error: list again
                     self._pods = pods
-                    self._last_event = time.monotonic()
                     # Seen (or gone): the watch answers for it from now on.
                     uid = (event.get("object", {}).get("metadata") or {}).get("uid")
                     self._own.pop(str(uid), None)
