@@ -23,7 +23,8 @@ their variants (the first of a round rotates), medians reported.
    same checkpoint, in a fresh process too. ``--class-archive``: those fresh
    processes map a class archive as containers do
    (:mod:`spark_elastic.runtime.container.class_archive`; the one that builds
-   the state records it when the host has none).
+   the state records it when the host has none); ``--c1``: they compile with C1
+   only, as containers do (:mod:`spark_elastic.runtime.container.compiler`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def peak_memory_mb() -> float:
 
 ARCHIVE_ENV = "BENCH_CLASS_ARCHIVE"
 """Set by ``--class-archive`` for the fresh processes: they map a class archive as containers do."""
+C1_ENV = "BENCH_C1"
+"""Set by ``--c1`` for the fresh processes: they compile with C1 only, as containers do."""
 
 
 def session() -> Any:
@@ -141,6 +144,10 @@ def session() -> Any:
     from spark_elastic.dataplane.session import _DEFAULT_CONF, local_session
 
     conf = {"spark.driver.memory": "4g"}
+    if os.environ.get(C1_ENV) == "1":
+        from spark_elastic.runtime.container.compiler import with_compiler
+
+        conf = with_compiler({**_DEFAULT_CONF, **conf})
     if os.environ.get(ARCHIVE_ENV) == "1":
         from spark_elastic.dataplane.session import find_java
         from spark_elastic.runtime.container.class_archive import with_class_archive
@@ -439,11 +446,18 @@ def main() -> None:
         action="store_true",
         help="rescale's fresh processes map a class archive as containers do (the first records)",
     )
+    parser.add_argument(
+        "--c1",
+        action="store_true",
+        help="rescale's fresh processes compile with C1 only, as containers do",
+    )
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.class_archive:
         os.environ[ARCHIVE_ENV] = "1"  # for the fresh processes (child() passes the environment)
+    if args.c1:
+        os.environ[C1_ENV] = "1"
     only = set(args.only.split(","))
     chosen = set(args.variants.split(","))
     for name, given, allowed in (("--only", only, SECTIONS), ("--variants", chosen, VARIANTS)):

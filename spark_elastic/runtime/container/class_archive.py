@@ -31,7 +31,7 @@ or ``-Xshare`` (in ``spark.driver.extraJavaOptions``, ``SPARK_SUBMIT_OPTS``,
 Runs on a container's driver: :func:`with_class_archive` (or
 :func:`java_options`) once before its SparkSession starts, :func:`finish`
 once at its exit. Standard library only, plus
-:mod:`spark_elastic.runtime.container.console` (and pyspark's
+:mod:`spark_elastic.runtime.container.console` and ``.compiler`` (and pyspark's
 ``find_spark_home`` inside :func:`with_class_archive`).
 """
 
@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_elastic.runtime.container.compiler import users_java_options
 from spark_elastic.runtime.container.console import _log
 
 __all__ = [
@@ -69,7 +70,6 @@ RETRY_S = 86_400.0
 EXIT_S = 60.0
 """How long a recording container waits for its JVM to write the archive and exit."""
 _THEIRS = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
-_ENVIRONMENT_OPTIONS = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 """The JVM warns on stdout of every class it cannot archive (signed jars, old class files)."""
 
@@ -169,12 +169,8 @@ def java_options(java: str, spark_home: str, conf: Mapping[str, str]) -> str:
     :func:`finish`.
     """
     directory = archive_dir()
-    # Spark's launcher puts SPARK_SUBMIT_OPTS before the driver's options; the JVM reads the
-    # other two itself. Sharing options there are the user's too (and would conflict).
-    theirs = " ".join(
-        [conf.get("spark.driver.extraJavaOptions", "")]
-        + [os.environ.get(name, "") for name in _ENVIRONMENT_OPTIONS]
-    )
+    # Sharing options the job or its environment gives are the user's (and would conflict).
+    theirs = users_java_options(conf)
     if directory is None or any(option in theirs for option in _THEIRS):
         return ""
     try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import InputError, ProtocolError
 from spark_elastic.runtime.container.class_archive import with_class_archive
+from spark_elastic.runtime.container.compiler import with_compiler
 from spark_elastic.runtime.container.console import EXIT_FENCED, _log
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.job import Job
@@ -49,7 +50,7 @@ def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSessi
     from pyspark.sql import SparkSession
 
     conf = {**_DEFAULT_CONF, **dict(job.spark_conf), **settings.spark_conf}
-    conf = with_class_archive(conf, java)
+    conf = with_class_archive(with_compiler(conf), java)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
