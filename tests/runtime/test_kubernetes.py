@@ -10,7 +10,8 @@ Then the launcher against fabric8's mock API server (CRUD mode, in a JVM of
 its own; ``tests/k8s_api.py``): pods created, watched through their phases
 and deleted; a name taken (409) adopted, replaced or refused; a new launcher
 answering for an earlier one's pods; an API server out of reach or an owner
-pod missing refused in one line.
+pod missing refused in one line; and the mock server itself answering while
+watches are dropped mid-burst (its own flaw, fixed in ``java/.../k8smock``).
 
 Then the coordinator with it: a test kubelet runs each pod's command as a
 real process (stand-in containers that heartbeat), so a pod deleted by the
