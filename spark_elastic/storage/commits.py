@@ -172,20 +172,32 @@ class CommitLog:
             if last is not None and last.is_seal:
                 return last
         for attempt in range(1, _SEAL_ATTEMPTS + 1):
-            seal = Commit(generation, sequence, sealed_by=by)
-            if self.storage.create(self.path(generation, sequence), seal.to_bytes()):
-                return seal
-            # The old writer committed this sequence first: it counts, and the seal goes
-            # right after it (never further: a gap below the seal would be a sequence the
-            # writer could still commit unseen). A writer that got several ahead meanwhile
-            # is caught up with by listing again, now and then (a listing costs more than
-            # a create that loses).
-            there = self.entry(generation, sequence)
-            if there is not None and there.is_seal:
-                return there
+            path = self.path(generation, sequence)
+            # A sequence already taken is passed by asking, not by a create that fails: on
+            # a Hadoop file system a lost create is a Java exception through the gateway,
+            # several times a writer's successful commit, and a seal slower than the writer
+            # never caught up with it. Nor is what took it read: a step of the seal is one
+            # request, quicker than a writer's (its create and its batch).
+            if not self.storage.exists(path):
+                seal = Commit(generation, sequence, sealed_by=by)
+                if self.storage.create(path, seal.to_bytes()):
+                    # Right above another successor's seal (or this one's, written by an
+                    # attempt whose answer was lost), the first seal is the log's end.
+                    below = self.entry(generation, sequence - 1) if sequence else None
+                    return below if below is not None and below.is_seal else seal
+            # Taken: by the old writer's commit, which counts, and the seal goes right
+            # after it (never further: a gap below the seal would be a sequence the writer
+            # could still commit unseen); or by a seal, which the next listing finds, or
+            # the check above once this seal lands. A writer that got several ahead
+            # meanwhile is caught up with by listing again, now and then (a listing costs
+            # more than a step).
             sequence += 1
             if attempt % 8 == 0:
-                sequence = max([sequence - 1, *self.sequences(generation)]) + 1
+                sequences = self.sequences(generation)
+                last = self.entry(generation, sequences[-1]) if sequences else None
+                if last is not None and last.is_seal:
+                    return last
+                sequence = max([sequence - 1, *sequences]) + 1
         raise StorageError(
             f"{self.storage.join(self.directory, str(generation))}: still committing after "
             f"{_SEAL_ATTEMPTS} sequences, cannot seal it"
