@@ -145,7 +145,9 @@ def start_on_kafka(
     out: str,
 ) -> tuple[RunningJob, Clicks, dict[str, int]]:
     """The click count on 2 containers, factor 2 over ``topic``'s 4 partitions (8 tasks),
-    writing to ``out``; returns once it has applied the first records."""
+    writing to ``out``; returns once it has applied the first records, with the containers
+    running then (one that failed at its start, as Spark's fixed 10 s wait for a Python
+    worker can make one do on a loaded machine, has been failed over meanwhile)."""
     kafka_jvm.create_topics(kafka.bootstrap, {topic: 4, out: 4})
     records = Clicks(kafka.bootstrap, topic)
     records.produce(RECORDS)
@@ -154,11 +156,11 @@ def start_on_kafka(
     monkeypatch.setenv("CLICKS_OUT_TOPIC", out)
     monkeypatch.setenv("CLICKS_FACTOR", "2")
     job = start_job(2, None, 0, *OPTIONS)
+    wait_until("every record applied", records.applied(out), APPLY_DEADLINE_S)
     running = wait_until(
         "two running containers",
         lambda: len(job.running_containers()) == 2 and job.running_containers(),
     )
-    wait_until("every record applied", records.applied(out), APPLY_DEADLINE_S)
     return job, records, running
 
 

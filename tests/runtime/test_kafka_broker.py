@@ -11,6 +11,7 @@ before a session starts, and the suite's shared session has none.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -161,17 +162,18 @@ def test_sparks_kafka_source_and_ours_read_every_record_alike_with_available_now
 ) -> None:
     from confluent_kafka import Producer
 
-    create_topic(kafka, "spark-read", 4)
+    # A topic of this attempt's own: a rerun (Spark's fixed 10 s wait for a Python worker,
+    # pyproject's --only-rerun) must not find the last attempt's records in it.
+    topic = f"spark-read-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka, topic, 4)
     keys = [f"user-{i}" for i in range(150)]
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
     for key in keys:
-        producer.produce("spark-read", key=key.encode(), value=b"v")
+        producer.produce(topic, key=key.encode(), value=b"v")
     assert producer.flush(TIMEOUT) == 0
 
     def read(reader: str) -> dict[str, Any]:
-        source = KafkaInput(
-            kafka.bootstrap, ("spark-read",), max_records_per_batch=40, reader=reader
-        )
+        source = KafkaInput(kafka.bootstrap, (topic,), max_records_per_batch=40, reader=reader)
         (tmp_path / reader).mkdir()
         return read_with_spark(spark, source, 4, tmp_path / reader)
 
