@@ -185,6 +185,36 @@ def test_a_sealed_log_refuses_its_writer_and_keeps_every_commit_before_the_seal(
     assert log.seal(8, by="x").sequence == 0
 
 
+
+def test_a_seal_that_lands_right_above_another_successors_seal_returns_that_first_seal(
+    tmp_path: Path,
+) -> None:
+    """Two successors seal at once: the one that loses the race to the first free sequence
+    seals the next one and answers with the first seal, which is where the log ends."""
+
+    class RivalSealsFirst(LocalStorage):
+        """The rival's seal lands between this seal's look at a sequence and its create."""
+
+        rival_done = False
+
+        def exists(self, path: str) -> bool:
+            if not self.rival_done:
+                self.rival_done = True
+                rival = Commit(7, 2, sealed_by="generation 9")
+                assert LocalStorage.create(self, path, rival.to_bytes())
+                return False
+            return super().exists(path)
+
+    log = CommitLog(RivalSealsFirst(), str(tmp_path / "_commits"))
+    log.append(7, 0, {"batch": 0})
+    log.append(7, 1, {"batch": 1})
+    seal = log.seal(7, by="generation 8")
+    assert (seal.sequence, seal.sealed_by) == (2, "generation 9")
+    assert log.sequences(7) == [0, 1, 2, 3]  # this successor's seal, harmless, above it
+    with pytest.raises(FencedError, match=r"sealed by generation 9 at 2"):
+        log.append(7, 2, {"batch": 2})
+    assert [c.payload for c in log.commits(7)] == [{"batch": 0}, {"batch": 1}]
+
 def test_a_commit_whose_answer_was_lost_stands_when_written_again_and_no_other_does(
     place: Place,
 ) -> None:
