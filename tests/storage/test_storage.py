@@ -185,7 +185,6 @@ def test_a_sealed_log_refuses_its_writer_and_keeps_every_commit_before_the_seal(
     assert log.seal(8, by="x").sequence == 0
 
 
-
 def test_a_seal_that_lands_right_above_another_successors_seal_returns_that_first_seal(
     tmp_path: Path,
 ) -> None:
@@ -214,6 +213,7 @@ def test_a_seal_that_lands_right_above_another_successors_seal_returns_that_firs
     with pytest.raises(FencedError, match=r"sealed by generation 9 at 2"):
         log.append(7, 2, {"batch": 2})
     assert [c.payload for c in log.commits(7)] == [{"batch": 0}, {"batch": 1}]
+
 
 def test_a_commit_whose_answer_was_lost_stands_when_written_again_and_no_other_does(
     place: Place,
