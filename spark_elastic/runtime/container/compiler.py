@@ -6,8 +6,9 @@ spends much of a container's first minutes in C2 compiler threads, beside
 the work they compete with: on 2 cores, C1 only
 (``-XX:TieredStopAtLevel=1``) took a container's CPU per record after its
 first output down by 15-35% and its first output 4-8 s earlier, over
-300,000 and 1,000,000 records, in two sessions' runs of
-``benchmarks/bench_throughput.py``
+300,000 and 1,000,000 records, in session 38's runs of
+``benchmarks/bench_throughput.py`` (session 30's, of the CPU over a whole
+run, agreed)
 (docs/benchmarks.md, "Throughput on Kafka"). So a container's JVM gets C1
 only by default.
 
