@@ -42,15 +42,20 @@ from jvm import ARCHIVE, SHORT_LIVED_JAVA_OPTIONS
 STAMP = ARCHIVE.with_suffix(".json")
 
 
-def wanted_stamp() -> dict[str, str]:
-    """What an archive is good for: the JVM, and Spark's jars (the class path)."""
+def wanted_stamp() -> dict[str, str | None]:
+    """What an archive is good for: the JVM, and Spark's jars (the class path, through the
+    Spark home the sessions start from)."""
     import importlib.metadata
 
+    from spark_elastic.dataplane.spark_home import own_spark_home
+
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True)
+    python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     return {
         "java": java.stderr.strip(),
         "pyspark": importlib.metadata.version("pyspark"),
         "python": sys.executable,
+        "spark_home": own_spark_home("local[2]", {}, {**os.environ, **python}),
     }
 
 

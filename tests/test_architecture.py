@@ -304,6 +304,11 @@ FILE_STEPS_ALLOWED = {
     ("spark_elastic.dataplane.session", "shutil.which"),
     # A container JVM's class archive, in its host's cache: the host's file, not a job's.
     ("spark_elastic.runtime.container.class_archive", "os.replace"),
+    # A local session's Spark home of links, in its host's cache: the host's, not a job's.
+    ("spark_elastic.dataplane.spark_home", "<path>.symlink_to"),
+    ("spark_elastic.dataplane.spark_home", "os.rename"),
+    ("spark_elastic.dataplane.spark_home", "shutil.rmtree"),
+    ("spark_elastic.dataplane.spark_home", "shutil.which"),
 }
 _OS_FILE_STEPS = {"rename", "renames", "replace", "link", "symlink"}
 _PATH_FILE_STEPS = {"rename", "hardlink_to", "symlink_to", "link_to"}

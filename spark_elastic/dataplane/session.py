@@ -63,7 +63,9 @@ def local_session(
 
     Runs on the driver, once per process (later calls return the same
     session). Sets ``PYSPARK_PYTHON`` to the running interpreter (unless
-    already set) so Python workers match the driver. The settings that
+    already set) so Python workers match the driver, and starts the JVM
+    with a Spark home whose Python processes import pyspark compiled
+    (:mod:`~spark_elastic.dataplane.spark_home`). The settings that
     matter beyond a laptop's defaults: a 16 MiB driver thread stack
     (``spark.driver.extraJavaOptions=-Xss16m``: deep streaming plans
     overflow the JVM's default 1 MiB in the query thread; it must be set
@@ -96,10 +98,15 @@ def local_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-    for key, value in {**_DEFAULT_CONF, **(conf or {})}.items():
+    from spark_elastic.dataplane.spark_home import launching, own_spark_home
+
+    master = f"local[{cores}]"
+    settings = {**_DEFAULT_CONF, **(conf or {})}
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with launching(own_spark_home(master, settings)):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 

@@ -31,7 +31,8 @@ or ``-Xshare`` (in ``spark.driver.extraJavaOptions``, ``SPARK_SUBMIT_OPTS``,
 Runs on a container's driver: :func:`with_class_archive` (or
 :func:`java_options`) once before its SparkSession starts, :func:`finish`
 once at its exit. Standard library only, plus
-:mod:`spark_elastic.runtime.container.console` and ``.compiler`` (and pyspark's
+:mod:`spark_elastic.runtime.container.console` and ``.compiler``,
+:func:`spark_elastic.dataplane.spark_home.cache_dir` (and pyspark's
 ``find_spark_home`` inside :func:`with_class_archive`).
 """
 
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_elastic.dataplane.spark_home import cache_dir
 from spark_elastic.runtime.container.compiler import users_java_options
 from spark_elastic.runtime.container.console import _log
 
@@ -101,14 +103,7 @@ _CURRENT: list[ClassArchive] = []
 
 def archive_dir(environ: os._Environ[str] | dict[str, str] | None = None) -> Path | None:
     """The archives' directory, or None when ``$SPARK_ELASTIC_CLASS_ARCHIVES`` is ``off``."""
-    env = os.environ if environ is None else environ
-    chosen = env.get(ENV, "").strip()
-    if chosen.lower() == "off":
-        return None
-    if chosen:
-        return Path(chosen)
-    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "spark-elastic" / "class-archives"
+    return cache_dir(ENV, "class-archives", environ)
 
 
 def archive_key(java: str, spark_home: str, conf: Mapping[str, str]) -> str:
@@ -119,7 +114,9 @@ def archive_key(java: str, spark_home: str, conf: Mapping[str, str]) -> str:
     other's archives.
     """
     real = os.path.realpath(java)
-    parts = [real, str(_mtime(real))]
+    # The home's own path too: the JVM's class path names the jars through it, and an
+    # archive made on another path would be refused (a session's home of links, spark_home.py).
+    parts = [real, str(_mtime(real)), os.path.abspath(spark_home)]
     jars = Path(spark_home) / "jars"
     if jars.is_dir():
         parts += sorted(entry.name for entry in jars.iterdir())
@@ -135,7 +132,9 @@ def _mtime(path: str) -> int:
         return 0
 
 
-def with_class_archive(conf: Mapping[str, str], java: str) -> dict[str, str]:
+def with_class_archive(
+    conf: Mapping[str, str], java: str, spark_home: str | None = None
+) -> dict[str, str]:
     """``conf`` with the class-archive options (:func:`java_options`) after the driver's own.
 
     Parameters
@@ -144,6 +143,8 @@ def with_class_archive(conf: Mapping[str, str], java: str) -> dict[str, str]:
         The Spark settings the session is about to start with.
     java
         The ``java`` executable Spark will run.
+    spark_home
+        The Spark home the JVM starts from; pyspark's by default.
 
     Returns
     -------
@@ -154,7 +155,7 @@ def with_class_archive(conf: Mapping[str, str], java: str) -> dict[str, str]:
     from pyspark.find_spark_home import _find_spark_home
 
     out = dict(conf)
-    archive = java_options(java, _find_spark_home(), out)
+    archive = java_options(java, spark_home or _find_spark_home(), out)
     if archive:
         own = out.get("spark.driver.extraJavaOptions", "")
         out["spark.driver.extraJavaOptions"] = f"{own} {archive}".strip()

@@ -44,17 +44,20 @@ OWN_METRIC = "spark_elastic_own"
 def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSession:
     """The container's own SparkSession (its own Spark application), local or on a cluster."""
     from spark_elastic.dataplane.session import _DEFAULT_CONF, find_java
+    from spark_elastic.dataplane.spark_home import launching, own_spark_home
 
     java = find_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     conf = {**_DEFAULT_CONF, **dict(job.spark_conf), **settings.spark_conf}
-    conf = with_class_archive(with_compiler(conf), java)
+    home = own_spark_home(settings.master, conf)
+    conf = with_class_archive(with_compiler(conf), java, home)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with launching(home):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
