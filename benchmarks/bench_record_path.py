@@ -1,7 +1,8 @@
 """Where a record's microseconds go: the stateful query's path, one stage added at a time.
 
 Run: ``.venv/bin/python benchmarks/bench_record_path.py`` (``--sizes 2000,20000``,
-``--batches 6``, ``--runs 2``, ``--factor 4``). Nothing else should run beside it.
+``--batches 6``, ``--runs 2``, ``--factor 4``, ``--variant NAME`` to run only some).
+Nothing else should run beside it.
 
 One SparkSession on ``local[2]`` (a container's default), the embedded log
 (4 partitions, 1,000 keys), a query owning every task of the job at
@@ -109,7 +110,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--factor", type=int, default=4)
+    parser.add_argument(
+        "--variant", action="append", choices=VARIANTS, help="run this one (repeat; all by default)"
+    )
     args = parser.parse_args()
+    variants = tuple(args.variant or VARIANTS)
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:
@@ -127,7 +132,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-record-path-") as tmp:
         for run in range(args.runs):
             for size in sizes:
-                order = VARIANTS[run % len(VARIANTS) :] + VARIANTS[: run % len(VARIANTS)]
+                order = variants[run % len(variants) :] + variants[: run % len(variants)]
                 for variant in order:
                     figures = one(spark, Path(tmp), variant, args.factor, size, args.batches)
                     results.setdefault((variant, size), []).append(figures)
@@ -141,7 +146,7 @@ def main() -> None:
         "| CPU per record |"
     )
     print("|---|" + "---:|" * (len(sizes) + 4))
-    for variant in VARIANTS:
+    for variant in variants:
         med = {
             s: {
                 k: statistics.median(r[k] for r in results[(variant, s)])

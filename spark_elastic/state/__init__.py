@@ -10,7 +10,9 @@ owner lock), :mod:`.shipped` (what a query's tasks need of those files, sent
 to the executors by Spark's file distribution), :mod:`.processor`
 (``with_task_state``, :class:`~.processor.TaskProcessor` and its per-task
 state), :mod:`.columnar` (:class:`~.columnar.BatchProcessor`: a task's records
-and their keys' state as columns, for vectorized logic), :mod:`.query_settings`
+and their keys' state as columns, for vectorized logic), :mod:`.crossing`
+(a task's records as they cross into the stateful operator's Python worker,
+and restored there), :mod:`.query_settings`
 (the state partitions and state store a stateful query gets for itself
 when it starts, leaving the session alone),
 :mod:`.show` (reading a checkpoint and its keyed state back) and :mod:`.rescale` (offline split
