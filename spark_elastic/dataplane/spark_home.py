@@ -49,6 +49,7 @@ __all__ = [
     "ENV",
     "ZIPS",
     "build",
+    "cache_dir",
     "homes_dir",
     "is_local_or_standalone",
     "launching",
