@@ -150,9 +150,12 @@ def session() -> Any:
         conf = with_compiler({**_DEFAULT_CONF, **conf})
     if os.environ.get(ARCHIVE_ENV) == "1":
         from spark_elastic.dataplane.session import find_java
+        from spark_elastic.dataplane.spark_home import own_spark_home
         from spark_elastic.runtime.container.class_archive import with_class_archive
 
-        conf = with_class_archive({**_DEFAULT_CONF, **conf}, find_java())
+        conf = {**_DEFAULT_CONF, **conf}
+        # The home local_session starts the JVM from: its class path goes through it.
+        conf = with_class_archive(conf, find_java(), own_spark_home("local[2]", conf))
     spark = local_session("bench-stateful", conf=conf)
     register_log_source(spark)
     return spark
