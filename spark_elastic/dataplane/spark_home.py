@@ -52,8 +52,10 @@ __all__ = [
     "cache_dir",
     "homes_dir",
     "is_local_or_standalone",
+    "is_pip_install",
     "launching",
     "own_spark_home",
+    "runs_this_interpreter",
 ]
 
 ENV = "SPARK_ELASTIC_SPARK_HOMES"
