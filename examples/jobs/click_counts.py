@@ -62,6 +62,8 @@ class ClickCount(BatchProcessor):
 
     state_schema = "clicks long"
     output_schema = "user string, clicks long, partition int, offset long"
+    # Besides the key: what the other columns (value, timestamps) would cost to move is saved.
+    input_columns = ("partition", "offset")
 
     def process_batch(self, batch: TaskBatch) -> TaskUpdate:
         """Count each row's user, in offset order: a click's count is its user's before

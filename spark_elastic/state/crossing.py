@@ -15,7 +15,8 @@ what the processor is promised again in the task, before anything reads them:
   naive datetime in the session's time zone that pyspark would have given;
 - ``virtual_task`` (one string per record) and ``key_bucket`` do not
   cross: they are the same for all of a task's records, and the task knows
-  its name and bucket.
+  its name and bucket; nor does a column the query knows is the same for
+  every record (the topic of a job that reads one), given as a constant.
 
 Columns come back in their order. Nothing is stored this way: state,
 checkpoints and output are as before.
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pandas as pd
     from pyspark.sql import DataFrame
 
@@ -55,11 +58,15 @@ class Crossing:
         Those that cross as microseconds since the epoch.
     timezone
         The session's time zone, in which pyspark gives timestamps to pandas.
+    constants
+        ``(column, value)`` of string columns that hold one value in every
+        record: they do not cross, and are restored as that value.
     """
 
     columns: tuple[str, ...] = ()
     timestamps: tuple[str, ...] = ()
     timezone: str = "UTC"
+    constants: tuple[tuple[str, str], ...] = ()
 
     def restore(self, batch: pd.DataFrame, task: str, bucket: int = 0) -> pd.DataFrame:
         """``batch`` as pyspark would have given it uncrossed (executor, per task and batch).
@@ -88,25 +95,33 @@ class Crossing:
             batch[name] = utc.dt.tz_convert(self.timezone).dt.tz_localize(None)
         # In the order they were, so each goes back to its place; int64 and str, as
         # pyspark's worker gives them after regrouping rows.
-        for name, value in ((BUCKET_COLUMN, np.int64(bucket)), (TASK_COLUMN, task)):
-            if name in self.columns and name not in batch.columns:
-                batch.insert(self.columns.index(name), name, value)
+        values: dict[str, object] = dict(self.constants)
+        values.update({BUCKET_COLUMN: np.int64(bucket), TASK_COLUMN: task})
+        for place, name in enumerate(self.columns):
+            if name in values and name not in batch.columns:
+                batch.insert(place, name, values[name])
         return batch
 
 
-def crossing(df: DataFrame) -> tuple[DataFrame, Crossing]:
+def crossing(
+    df: DataFrame, constants: Mapping[str, str] | None = None
+) -> tuple[DataFrame, Crossing]:
     """``df`` as its records cross into the stateful operator, and how to restore them.
 
-    Runs on the driver, once per query.
+    Runs on the driver, once per query. ``constants`` names string columns of
+    ``df`` and the one value each holds in every record (the caller knows it:
+    a query of one topic); they are dropped and restored.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
     columns = tuple(df.columns)
     timestamps = tuple(f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType))
-    out = df.drop(*(c for c in (TASK_COLUMN, BUCKET_COLUMN) if c in columns))
+    fixed = tuple((name, value) for name, value in (constants or {}).items() if name in columns)
+    dropped = (TASK_COLUMN, BUCKET_COLUMN, *(name for name, _ in fixed))
+    out = df.drop(*(c for c in dropped if c in columns))
     for name in timestamps:
         quoted = "`" + name.replace("`", "``") + "`"
         out = out.withColumn(name, F.unix_micros(F.col(quoted)))
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-    return out, Crossing(columns, timestamps, timezone)
+    return out, Crossing(columns, timestamps, timezone, fixed)

@@ -89,7 +89,7 @@ from spark_elastic.state.chunks import (
     regroup,
     should_grow,
 )
-from spark_elastic.state.crossing import Crossing, crossing
+from spark_elastic.state.crossing import BUCKET_COLUMN, TASK_COLUMN, Crossing, crossing
 from spark_elastic.state.holdback import (
     HELD_SCHEMA,
     HELD_STATE,
@@ -176,6 +176,13 @@ class TaskProcessor(abc.ABC):
         DDL of the per-key state value, e.g. ``"count long, last_offset long"``.
     output_schema
         DDL of the rows :meth:`process` returns.
+    input_columns
+        The record columns :meth:`process` reads, or None (the default) for
+        all of them. The others are dropped before the shuffle, so they are
+        neither moved, sorted nor converted to pandas: a job that reads
+        three of a record's columns pays for three. The key, topic,
+        partition and offset columns, ``virtual_task`` and ``key_bucket``
+        (and the timestamp, in time order) are given whatever it says.
 
     Notes
     -----
@@ -185,6 +192,7 @@ class TaskProcessor(abc.ABC):
 
     state_schema: ClassVar[str]
     output_schema: ClassVar[str]
+    input_columns: ClassVar[Sequence[str] | None] = None
 
     @abc.abstractmethod
     def process(
@@ -202,7 +210,7 @@ class TaskProcessor(abc.ABC):
         rows
             The task's records not applied before, sorted by topic, partition
             and offset, with the Kafka columns plus ``key_bucket`` and
-            ``virtual_task``.
+            ``virtual_task`` (only those :attr:`input_columns` keeps, if set).
 
         Returns
         -------
@@ -678,6 +686,8 @@ class _ElasticProcessor:
 
         stored = self.held.get()
         held, clocks = (None, {}) if stored is None else decode_held(stored[0], stored[1])
+        if held is not None and self.crossing.columns:
+            held = self._as_crossed(route, held)
         parts = [f for f in (held, fresh) if f is not None and len(f)]
         if not parts:
             return pd.DataFrame(), 0, 0, held_from(None, timer)
@@ -701,6 +711,20 @@ class _ElasticProcessor:
         else:
             self.held.update(encode_held(buffer.iloc[:0], step.clocks))
         return step.ready, len(step.held), step.enforced, held_from(step.held, timer)
+
+    def _as_crossed(self, route: _TaskRoute, held: pd.DataFrame) -> pd.DataFrame:
+        """Held records with this query's columns: a column the processor no longer reads
+        is dropped; one it now reads that they lack cannot be made up."""
+        lacking = [c for c in self.crossing.columns if c not in held.columns]
+        if lacking and not len(held):
+            return held  # nothing held: nothing to make up
+        if lacking:
+            raise CheckpointError(
+                f"virtual task {route.name}: the records it holds back were read without "
+                f"columns {lacking}, which input_columns now names; start the query with the "
+                "input_columns they were held with until they are released"
+            )
+        return held[list(self.crossing.columns)]
 
     def _apply(self, route: _TaskRoute, fresh: pd.DataFrame) -> Iterator[pd.DataFrame]:
         """Apply records in order to the task's state and yield the processor's output.
@@ -1073,6 +1097,7 @@ def with_task_state(
             )
     if not isinstance(job, str) or not job:
         raise ArgumentError.invalid("job", "a non-empty job name", job)
+    wanted = _input_columns(processor)
     cols = KafkaColumns.of(columns)
     check_order("order", order, timestamp, default=True)
     idle_ms = check_idle("max_task_idle_ms", max_task_idle_ms)
@@ -1125,6 +1150,7 @@ def with_task_state(
             )
         if in_order == "timestamp":
             check_timestamp_column(df, timestamp, defaulted=order is None)
+        kept = _kept_columns(processor, wanted, df.columns, cols, in_order, timestamp)
         _check_bootstrap_inputs(first, job_plan, in_order)
         check_known_counts(df, job_plan, system)  # before anything is written
         _check_starting_offsets(df, checkpoint)
@@ -1150,7 +1176,11 @@ def with_task_state(
             from pyspark.sql import functions as F
 
             routed = routed.filter(F.col("virtual_task").isin(list(owned)))
-        routed, crossed = crossing(routed)
+        if kept is not None:
+            routed = routed.select(*(_quoted(c) for c in routed.columns if c in kept))
+        # A query of one stream: every record that reaches the operator has its topic.
+        streams = [s.stream for s in job_plan.inputs if s.system == system]
+        routed, crossed = crossing(routed, {cols.topic: streams[0]} if len(streams) == 1 else {})
         # The stateful operator's own distribution, so Spark adds no second shuffle.
         routed = routed.repartition(store_partitions, "routing_key")
         return _run(
@@ -1171,6 +1201,55 @@ def with_task_state(
         )
 
     return transform
+
+
+def _input_columns(processor: TaskProcessor) -> tuple[str, ...] | None:
+    """The processor's ``input_columns``, or one clear line (driver, when defined)."""
+    wanted = getattr(processor, "input_columns", None)
+    if wanted is None:
+        return None
+    where = f"{type(processor).__name__}.input_columns"
+    if isinstance(wanted, str | bytes) or not isinstance(wanted, Sequence):
+        raise ArgumentTypeError.wrong_type(
+            where, "a sequence of column names such as ('value',), or None", wanted
+        )
+    if not all(isinstance(c, str) and c for c in wanted):
+        raise ArgumentTypeError.wrong_type(where, "column names (non-empty strings)", wanted)
+    return tuple(wanted)
+
+
+def _kept_columns(
+    processor: TaskProcessor,
+    wanted: tuple[str, ...] | None,
+    present: Sequence[str],
+    cols: KafkaColumns,
+    in_order: str,
+    timestamp: str,
+) -> frozenset[str] | None:
+    """The columns a query's records keep into its stateful operator (None: all of them).
+
+    Runs on the driver, when the transform is applied, before anything is written.
+    """
+    if wanted is None:
+        return None
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise ArgumentError.invalid(
+            f"{type(processor).__name__}.input_columns",
+            f"columns of the records ({', '.join(present)})",
+            missing,
+        )
+    own = {cols.key, cols.topic, cols.partition, cols.offset, TASK_COLUMN, BUCKET_COLUMN}
+    state_key = getattr(processor, "key_column", None)  # a BatchProcessor's
+    if isinstance(state_key, str):
+        own.add(state_key)
+    if in_order == "timestamp":
+        own.add(timestamp)
+    return frozenset({*wanted, *own, "routing_key", BUCKET_HASH})
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _bootstrap_streams(bootstrap: object, order: str | None) -> tuple[str, ...]:

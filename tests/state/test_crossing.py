@@ -115,13 +115,12 @@ class Look(TaskProcessor):
         )
 
 
-def test_a_stateful_query_s_processor_sees_what_a_batch_read_of_its_records_gives(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def _clicks(spark: SparkSession, tmp_path: Path, records: int) -> Any:
+    """A 2-partition embedded log of ``records`` clicks; its reader for ``spark.read(Stream)``."""
     log = EmbeddedLog(tmp_path / "log", fsync=False)
     log.create_topic("clicks", 2)
     with log.producer("clicks") as producer:
-        producer.send_many([f"user-{i % 7}".encode() for i in range(60)], [b"x"] * 60)
+        producer.send_many([f"user-{i % 7}".encode() for i in range(records)], [b"x"] * records)
     register_log_source(spark)
 
     def source(reader: Any) -> Any:
@@ -131,29 +130,50 @@ def test_a_stateful_query_s_processor_sees_what_a_batch_read_of_its_records_give
             .option("subscribe", "clicks")
         )
 
-    tasks = with_virtual_tasks(2, partitions={"clicks": 2})
-    expected = source(spark.read).load().transform(tasks)
-    query = (
+    return source
+
+
+def _stateful(
+    spark: SparkSession, tmp_path: Path, processor: TaskProcessor, source: Any = None
+) -> Any:
+    """``processor`` over ``source`` (default: 40 clicks), factor 2, as a streaming DataFrame."""
+    source = source or _clicks(spark, tmp_path, 40)
+    return (
         source(spark.readStream)
         .option("startingOffsets", starting_offsets(tmp_path / "cp"))
         .load()
         .transform(
             with_task_state(
-                Look(),
+                processor,
                 job="look",
                 checkpoint_location=str(tmp_path / "cp"),
                 elasticity_factor=2,
                 partitions={"clicks": 2},
             )
         )
-        .writeStream.format("parquet")
+    )
+
+
+def _run(out: Any, tmp_path: Path) -> Any:
+    """Run ``out`` into Parquet to the end of the log; what it wrote."""
+    query = (
+        out.writeStream.format("parquet")
         .option("path", str(tmp_path / "out"))
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination(300)
-    seen = spark.read.parquet(str(tmp_path / "out"))
+    return out.sparkSession.read.parquet(str(tmp_path / "out"))
+
+
+def test_a_stateful_query_s_processor_sees_what_a_batch_read_of_its_records_gives(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source = _clicks(spark, tmp_path, 60)
+    seen = _run(_stateful(spark, tmp_path, Look(), source), tmp_path)
+    tasks = with_virtual_tasks(2, partitions={"clicks": 2})
+    expected = source(spark.read).load().transform(tasks)
     assert seen.count() == 60
     (seen_as,) = seen.select("columns", "dtypes").distinct().collect()
     given = [c for c in expected.columns if c != "routing_key"]
@@ -167,3 +187,91 @@ def test_a_stateful_query_s_processor_sees_what_a_batch_read_of_its_records_give
     assert joined.count() == 60
     assert joined.filter("same_task and same_bucket and same_time").count() == 60
     assert expected.filter(F.col("timestamp") > F.lit(dt.datetime(2000, 1, 1))).count() == 60
+
+
+def test_a_column_the_same_in_every_record_is_restored_in_its_place_as_a_string() -> None:
+    crossed = pd.DataFrame({"key": [b"a", b"b"], "partition": [0, 1]})
+    columns = ("key", "topic", "partition", "virtual_task")
+    out = Crossing(columns, constants=(("topic", "clicks"),)).restore(crossed, "t")
+    assert tuple(out.columns) == columns
+    assert out["topic"].tolist() == ["clicks", "clicks"]
+    assert out["topic"].dtype == np.dtype("object")
+
+
+# -- A processor's input columns ---------------------------------------------------------------
+
+
+class ValueOnly(Look):
+    """Reads its records' values: the other columns need not cross."""
+
+    input_columns = ("value",)
+
+    def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
+        out = super().process(task, rows.assign(timestamp=pd.NaT))  # it has none to report
+        out["columns"] = ",".join(rows.columns)
+        out["dtypes"] = ",".join(str(t) for t in rows.dtypes)
+        return out
+
+
+def test_a_processor_is_given_the_columns_it_reads_and_those_its_records_are_known_by(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    seen = _run(_stateful(spark, tmp_path, ValueOnly()), tmp_path)
+    assert seen.count() == 40
+    (seen_as,) = seen.select("columns", "dtypes").distinct().collect()
+    given = ["key", "value", "topic", "partition", "offset", "key_bucket", "virtual_task"]
+    assert seen_as.columns == ",".join(given)
+    assert seen_as.dtypes.split(",") == [DTYPES[c] for c in given]
+
+
+def test_input_columns_that_are_not_names_are_refused_when_the_job_is_defined() -> None:
+    class Named(ValueOnly):
+        input_columns = "value"  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"Named\.input_columns: expected a sequence of column"):
+        with_task_state(Named(), job="j", checkpoint_location="/tmp/x", elasticity_factor=1)
+
+
+def test_an_input_column_the_records_lack_is_refused_before_anything_is_written(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    class Lacking(ValueOnly):
+        input_columns = ("value", "price")
+
+    with pytest.raises(ValueError, match=r"Lacking\.input_columns: expected columns of the rec"):
+        _stateful(spark, tmp_path, Lacking())
+    assert not (tmp_path / "cp").exists()
+
+
+def test_in_time_order_the_timestamp_is_kept_whatever_the_processor_reads() -> None:
+    from spark_elastic.dataplane.columns import KafkaColumns
+    from spark_elastic.state.processor import _kept_columns
+
+    present = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    by_offset = _kept_columns(
+        ValueOnly(), ("value",), present, KafkaColumns(), "offset", "timestamp"
+    )
+    in_time = _kept_columns(
+        ValueOnly(), ("value",), present, KafkaColumns(), "timestamp", "timestamp"
+    )
+    assert by_offset is not None
+    assert in_time is not None
+    assert {"timestamp", "timestampType"} & set(by_offset) == set()
+    assert "timestamp" in in_time
+    assert "timestampType" not in in_time
+    assert _kept_columns(Look(), None, present, KafkaColumns(), "offset", "timestamp") is None
+
+
+def test_held_records_keep_the_columns_the_processor_reads_and_cannot_gain_one() -> None:
+    from spark_elastic.errors import CheckpointError
+    from spark_elastic.state.processor import _ElasticProcessor, _TaskRoute
+
+    now = Crossing(("key", "value", "offset"))
+    task = _ElasticProcessor(ValueOnly(), {}, 1, "n long", (), ("offset",), crossing=now)
+    route = _TaskRoute("Partition 0_1_0", 0, 0, (("clicks", 0),))
+    wider = pd.DataFrame({"key": [b"a"], "value": [b"x"], "timestamp": [1], "offset": [4]})
+    assert list(task._as_crossed(route, wider).columns) == ["key", "value", "offset"]
+    narrower = pd.DataFrame({"key": [b"a"], "offset": [4]})
+    assert task._as_crossed(route, narrower.iloc[:0]) is not None  # nothing held: fine
+    with pytest.raises(CheckpointError, match=r"Partition 0_1_0: .* without columns \['value'\]"):
+        task._as_crossed(route, narrower)
