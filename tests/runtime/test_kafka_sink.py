@@ -89,6 +89,21 @@ def test_a_value_column_is_the_value_as_it_is_and_a_null_one_a_tombstone(
     ]
 
 
+def test_a_key_or_value_that_is_not_text_is_published_as_its_text(
+    spark: SparkSession, kafka: kafka_jvm.KafkaBroker
+) -> None:
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-numbers": 1})
+    batch = spark.createDataFrame([(7, 3), (8, None)], "id long, value int")
+    KafkaSink(kafka.bootstrap, "sink-numbers", key="id").write(batch, context(0))
+    assert sorted(read_back(kafka.bootstrap, "sink-numbers", 2)) == [
+        (b"7", b"3", 0),
+        (b"8", None, 0),
+    ]
+    kafka_jvm.create_topics(kafka.bootstrap, {"sink-keyless": 1})
+    KafkaSink(kafka.bootstrap, "sink-keyless").write(batch.limit(1), context(0))
+    assert read_back(kafka.bootstrap, "sink-keyless", 1) == [(None, b"3", 0)]
+
+
 def test_a_batch_larger_than_the_producers_queue_waits_for_room_and_is_published_whole(
     spark: SparkSession, kafka: kafka_jvm.KafkaBroker
 ) -> None:
