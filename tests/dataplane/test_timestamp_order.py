@@ -79,3 +79,25 @@ def test_datetimes_order_as_their_instants() -> None:
 def test_a_null_timestamp_is_refused_naming_the_column() -> None:
     with pytest.raises(ColumnError, match=r"column 'ts' \(timestamp\).*found 1 null of 2"):
         timestamp_order(["a", "a"], [0, 0], [0, 1], pd.Series([1.0, np.nan]), "ts")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_offset_order_is_topic_partition_offset_whatever_order_the_records_came_in(
+    seed: int,
+) -> None:
+    from spark_elastic.dataplane.columns import KafkaColumns
+    from spark_elastic.dataplane.ordered import in_order
+
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    one = [("clicks", 1, offset) for offset in range(20, 30)]
+    several = [*one, ("clicks", 0, 5), ("profiles", 1, 3), ("clicks", 1, 7)]
+    for records in (one, several, [one[0]], []):
+        came = records[:]
+        if rng.random() < 0.7:
+            rng.shuffle(came)
+        rows = pd.DataFrame(came, columns=["topic", "partition", "offset"], dtype=object)
+        rows.index = rows.index + 100  # a task's rows come on any index
+        out = in_order(rows, "offset", KafkaColumns(), "timestamp")
+        assert list(out.itertuples(index=False, name=None)) == sorted(records)
+        assert list(out.index) == list(range(len(records)))
