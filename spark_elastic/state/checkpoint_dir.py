@@ -688,21 +688,24 @@ class OwnerLock:
     def release(cls, checkpoint: str | os.PathLike[str]) -> None:
         """Give the lock up (no-op if this process does not hold it)."""
         key, _ = cls._key(checkpoint)
+        # Freed before the mutex is let go: an acquire in between (a rescale right after a
+        # query's stop) would find the lock neither held here nor free, as if another
+        # process had it.
         with cls._mutex:
             held = cls._held.pop(key, None)
             cls._runs.pop(key, None)
-        if held is None:
-            return
-        handle = held[1]
-        if isinstance(handle, int):
-            with contextlib.suppress(OSError):
-                fcntl.flock(handle, fcntl.LOCK_UN)
-            os.close(handle)
-            return
-        storage, _ = storage_of(checkpoint)
-        data = storage.read(key)
-        if data is not None and _owner_of(data).get("token") == handle:
-            storage.delete(key)
+            if held is None:
+                return
+            handle = held[1]
+            if isinstance(handle, int):
+                with contextlib.suppress(OSError):
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                os.close(handle)
+                return
+            storage, _ = storage_of(checkpoint)
+            data = storage.read(key)
+            if data is not None and _owner_of(data).get("token") == handle:
+                storage.delete(key)
 
     @classmethod
     def bind_run(cls, query_id: str, run_id: str, id_of: Callable[[str], str | None]) -> None:

@@ -400,6 +400,49 @@ def test_rescale_refuses_a_running_query(
     rescale(checkpoint, tmp_path / "new", 2, spark)  # stopped: now allowed
 
 
+def test_a_lock_this_process_is_releasing_is_not_taken_for_another_process_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rescale right after a query's stop probes the lock while Spark's listener frees it:
+    # the probe waits for the release, it does not find the lock "in another process".
+    import fcntl
+    import threading
+
+    checkpoint = tmp_path / "cp"
+    checkpoint.mkdir()
+    OwnerLock.acquire(checkpoint)
+    unlocking, go = threading.Event(), threading.Event()
+    real = fcntl.flock
+
+    def slow_unlock(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_UN:
+            unlocking.set()
+            go.wait(30)
+        real(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", slow_unlock)
+    releasing = threading.Thread(target=OwnerLock.release, args=(checkpoint,))
+    releasing.start()
+    assert unlocking.wait(30)
+    outcome: list[object] = []
+
+    def probe() -> None:
+        try:
+            with OwnerLock.probe(checkpoint):
+                outcome.append("probed")
+        except CheckpointError as exc:
+            outcome.append(exc)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    prober.join(2)  # it must still be waiting for the release (or have failed, before)
+    go.set()
+    releasing.join(30)
+    prober.join(30)
+    assert outcome == ["probed"]
+    assert not OwnerLock.held_here(checkpoint)
+
+
 LOCK_HOLDER = (
     "import sys; from spark_elastic.state.checkpoint_dir import OwnerLock; "
     "OwnerLock.acquire(sys.argv[1]); print('locked', flush=True); sys.stdin.read()"
