@@ -49,6 +49,7 @@ class Enrich(TaskProcessor):
 
     state_schema = "profile string"
     output_schema = "user string, click_offset long, partition int, profile string"
+    input_columns = ("value",)  # the key, topic, partition, offset and timestamp come anyway
 
     def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
         """Apply profile updates and enrich clicks, in the order given."""
