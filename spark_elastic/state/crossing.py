@@ -113,11 +113,12 @@ def crossing(
     a query of one topic); they are dropped and restored.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType
+    from pyspark.sql.types import StringType, TimestampType
 
     columns = tuple(df.columns)
     timestamps = tuple(f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType))
-    fixed = tuple((name, value) for name, value in (constants or {}).items() if name in columns)
+    texts = {f.name for f in df.schema.fields if isinstance(f.dataType, StringType)}
+    fixed = tuple((name, value) for name, value in (constants or {}).items() if name in texts)
     dropped = (TASK_COLUMN, BUCKET_COLUMN, *(name for name, _ in fixed))
     out = df.drop(*(c for c in dropped if c in columns))
     for name in timestamps:
