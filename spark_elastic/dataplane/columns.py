@@ -14,10 +14,16 @@ from spark_elastic.errors import ArgumentError, ArgumentTypeError, ColumnError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KafkaColumns", "OUTPUT_COLUMNS"]
+__all__ = ["KafkaColumns", "OUTPUT_COLUMNS", "quoted"]
 
 OUTPUT_COLUMNS = ("key_bucket", "virtual_task", "routing_key")
 """Columns :func:`~spark_elastic.with_virtual_tasks` adds."""
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier: backquoted, so dots and spaces are its own."""
+    return "`" + name.replace("`", "``") + "`"
+
 
 _INTEGRAL = ("int", "bigint")
 _EXPECTED_TYPES: Mapping[str, tuple[str, ...]] = {

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from spark_elastic.dataplane.columns import quoted
 from spark_elastic.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -728,7 +729,7 @@ class KafkaSink:
         # One expression string each: a batch's select is one py4j call, not one per column
         # (tens of ms a batch on the driver, while the executors wait).
         value = "`value`" if "value" in columns else "to_json(struct(*))"
-        key = "NULL" if self.key is None else "`" + self.key.replace("`", "``") + "`"
+        key = "NULL" if self.key is None else quoted(self.key)
         table = batch.selectExpr(f"{key} AS k", f"{value} AS v").toArrow()
         pairs = zip(table.column("k").to_pylist(), table.column("v").to_pylist(), strict=True)
         if all(_texts(table.column(c).type) for c in ("k", "v")):

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_elastic.dataplane.columns import quoted
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -122,7 +124,6 @@ def crossing(
     dropped = (TASK_COLUMN, BUCKET_COLUMN, *(name for name, _ in fixed))
     out = df.drop(*(c for c in dropped if c in columns))
     for name in timestamps:
-        quoted = "`" + name.replace("`", "``") + "`"
-        out = out.withColumn(name, F.unix_micros(F.col(quoted)))
+        out = out.withColumn(name, F.unix_micros(F.col(quoted(name))))
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
     return out, Crossing(columns, timestamps, timezone, fixed)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from spark_elastic.dataplane.buckets import SLOTS, HashMode, bucket_of_key, key_slot
-from spark_elastic.dataplane.columns import KafkaColumns
+from spark_elastic.dataplane.columns import KafkaColumns, quoted
 from spark_elastic.dataplane.ordered import (
     check_order,
     check_timestamp_column,
@@ -1177,7 +1177,7 @@ def with_task_state(
 
             routed = routed.filter(F.col("virtual_task").isin(list(owned)))
         if kept is not None:
-            routed = routed.select(*(_quoted(c) for c in routed.columns if c in kept))
+            routed = routed.select(*(quoted(c) for c in routed.columns if c in kept))
         # A query of one stream: every record that reaches the operator has its topic.
         streams = [s.stream for s in job_plan.inputs if s.system == system]
         routed, crossed = crossing(routed, {cols.topic: streams[0]} if len(streams) == 1 else {})
@@ -1246,10 +1246,6 @@ def _kept_columns(
     if in_order == "timestamp":
         own.add(timestamp)
     return frozenset({*wanted, *own, "routing_key", BUCKET_HASH})
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _bootstrap_streams(bootstrap: object, order: str | None) -> tuple[str, ...]:
