@@ -138,3 +138,30 @@ def test_cover_start_is_never_below_the_samza_rule() -> None:
                     covered = cover_start(entries, b, factor)
                     assert covered is not None
                     assert covered >= samza, f"seed={seed}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_task_step_s_last_offsets_are_the_group_by_s_whatever_its_partitions(seed: int) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from spark_elastic.state.processor import _last_offsets
+
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    for _ in range(50):
+        size = rng.randint(1, 40)
+        one = rng.random() < 0.5  # a step mostly reads one partition: the fast case
+        records = pd.DataFrame(
+            {
+                "topic": [rng.choice(["a"] if one else ["a", "b"]) for _ in range(size)],
+                "partition": np.array(
+                    [rng.choice([0] if one else [0, 1, 2]) for _ in range(size)], dtype=np.int32
+                ),
+                "offset": np.array([rng.randint(0, 10**12) for _ in range(size)], dtype=np.int64),
+            }
+        )
+        expected = records.groupby(["topic", "partition"], sort=True)["offset"].max()
+        assert [(k, int(v)) for k, v in _last_offsets(records)] == [
+            (k, int(v)) for k, v in expected.items()
+        ]
