@@ -146,9 +146,10 @@ _KIND = "spark_elastic_kind"
 """Derived in the JVM for a holding query's marks: ``"metrics"`` where :data:`_METRICS`
 is set, else ``"row"`` (a column the Python worker would convert row by row)."""
 _METRICS = "spark_elastic_metrics"
-"""A task step's figures, comma-separated in :data:`_METRIC_NAMES` order, on one row
-of its own; null on output rows (a column of null strings converts to Arrow at a
-fifth of the cost of null arrays)."""
+"""A task step's figures, comma-separated in :data:`_METRIC_NAMES` order, on a copy of
+its last output row (a row of their own when it has none; see ``_tagged``); null on
+output rows (a column of null strings converts to Arrow at a fifth of the cost of null
+arrays)."""
 _METRIC_NAMES = (
     "records_processed",
     "records_skipped",
