@@ -247,3 +247,15 @@ def test_deleting_every_key_of_a_chunk_removes_the_chunk() -> None:
     again.delete(keys[0])  # twice: still one key fewer, not two
     assert again.flush() == Layout(layout.depth, 0)
     assert store.values == {}
+
+
+def test_a_step_knows_each_key_s_hash_once_in_bytes_and_not_null_keys() -> None:
+    import pandas as pd
+
+    from spark_elastic.state.processor import _key_hashes
+
+    keys = pd.Series(["b", None, "a", "b", "a", None], dtype=object)
+    hashes = pd.Series([7, 0, 3, 7, 3, 0])
+    assert _key_hashes(keys, hashes) == {b"b": 7, b"a": 3}
+    binary = pd.Series([b"k", b"k", bytearray(b"j")], dtype=object)
+    assert _key_hashes(binary, pd.Series([1, 1, 2])) == {b"k": 1, b"j": 2}
