@@ -829,47 +829,38 @@ class _ElasticProcessor:
             if last is not None:
                 yield self._as_output(last)
             last = frame
-        if last is None:
-            yield self._metrics(figures, route, mark)
-        else:
-            yield self._as_output(last, figures, route, mark)
+        yield self._with_figures(last, figures, route, mark)
 
-    def _as_output(
-        self,
-        rows: pd.DataFrame,
-        figures: tuple[int, ...] | None = None,
-        route: _TaskRoute | None = None,
-        mark: str | None = None,
-    ) -> pd.DataFrame:
-        import pandas as pd
-
-        count = len(rows)
-        if figures is None:
-            rows = rows.copy()
-            rows[_METRICS] = None
-            if self.holds:
-                rows[_TASK] = None
-                rows[_HELD_FROM] = None
-            return rows
-        rows = rows.take(np.r_[0:count, count - 1])
-        rows.index = pd.RangeIndex(count + 1)
-        rows[_METRICS] = _at_end(count, _figures_text(figures))
+    def _as_output(self, rows: pd.DataFrame) -> pd.DataFrame:
+        rows = rows.copy()
+        rows[_METRICS] = None
         if self.holds:
-            rows[_TASK] = _at_end(count, None if route is None else route.task_id)
-            rows[_HELD_FROM] = _at_end(count, mark)
+            rows[_TASK] = None
+            rows[_HELD_FROM] = None
         return rows
 
-    def _metrics(
-        self, figures: tuple[int, ...], route: _TaskRoute | None = None, mark: str | None = None
+    def _with_figures(
+        self,
+        rows: pd.DataFrame | None,
+        figures: tuple[int, ...],
+        route: _TaskRoute,
+        mark: str | None,
     ) -> pd.DataFrame:
+        """``rows`` and one more, a copy of their last (or, without rows, one of nulls)
+        carrying the step's figures and, in a holding query, its task and mark."""
         import pandas as pd
 
-        row: dict[str, list[Any]] = {c: [None] for c in self.output_columns}
-        row[_METRICS] = [_figures_text(figures)]
+        if rows is None:
+            out = pd.DataFrame({c: [None] for c in self.output_columns})
+        else:
+            out = rows.take(np.r_[0 : len(rows), len(rows) - 1])
+            out.index = pd.RangeIndex(len(out))
+        nulls = len(out) - 1
+        out[_METRICS] = _at_end(nulls, _figures_text(figures))
         if self.holds:
-            row[_TASK] = [None if route is None else route.task_id]
-            row[_HELD_FROM] = [mark]
-        return pd.DataFrame(row)
+            out[_TASK] = _at_end(nulls, route.task_id)
+            out[_HELD_FROM] = _at_end(nulls, mark)
+        return out
 
 
 def _figures_text(figures: tuple[int, ...]) -> str:
