@@ -35,7 +35,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -254,6 +254,7 @@ class TaskState:
         hash: HashMode = "spark",
         known_hashes: Mapping[bytes, int] | None = None,
         layout: Layout | None = None,
+        seeded: Mapping[int, bytes] | None = None,
     ) -> None:
         self.name = name
         """The virtual task's name, e.g. ``Partition 0_1_2``."""
@@ -271,6 +272,9 @@ class TaskState:
         self._loaded_sizes: dict[int, int] = {}
         self._dirty: set[int] = set()
         self._all_loaded = False
+        # The task's whole state as its seed just wrote it (a rescaled checkpoint's first
+        # batch): chunks come from here, not from the StateStore they were written to.
+        self._seeded = seeded
 
     def get(
         self, key: bytes | str, default: tuple[Any, ...] | None = None
@@ -405,17 +409,31 @@ class TaskState:
         c = chunk_of(slot, self._layout.depth)
         entries = self._chunks.get(c)
         if entries is None:
-            value = None if self._all_loaded else self._store.getValue((c,))
-            entries = {} if value is None else decode(value[1])
+            data = self._read(c)
+            entries = {} if data is None else decode(data)
             self._chunks[c] = entries
             self._loaded_sizes[c] = len(entries)
         return entries
+
+    def _read(self, chunk: int) -> bytes | None:
+        """The stored bytes of a chunk not read yet, or None if it holds no key."""
+        if self._seeded is not None:
+            return self._seeded.get(chunk)
+        if self._all_loaded:
+            return None
+        value = self._store.getValue((chunk,))
+        return None if value is None else value[1]  # type: ignore[no-any-return]
 
     def _load_all(self) -> None:
         """Read every chunk not read yet: a few paged round trips, whatever the chunk count."""
         if self._all_loaded:
             return
-        for (c,), (_, data) in self._store.iterator():
+        stored = (
+            self._seeded.items()
+            if self._seeded is not None
+            else ((c, data) for (c,), (_, data) in self._store.iterator())
+        )
+        for c, data in stored:
             if c not in self._chunks:
                 entries = decode(data)
                 self._chunks[c] = entries
@@ -425,6 +443,8 @@ class TaskState:
     def _prefetch(self, slots: Any) -> None:
         """Read all chunks at once when this batch's keys touch a quarter of them or more."""
         depth = self._layout.depth
+        if self._seeded is not None:
+            return  # in memory already: each chunk is decoded when first touched
         if self._stored_layout is not None and self._stored_layout.keys == 0:
             self._all_loaded = True  # the layout says no chunk holds a key
             return
@@ -546,6 +566,28 @@ class _TaskRoute:
     partitions: tuple[tuple[str, int], ...] = ()
 
 
+_SEEDS_KEPT_BYTES = 256 << 20
+"""The most seed bytes one Python worker keeps for its tasks' first steps; beyond, they read."""
+
+
+@dataclass
+class _Seed:
+    """What one task's seed wrote in this micro-batch (executor, per seeded task).
+
+    A seed is the task's whole state (a seeded checkpoint starts empty), so
+    the task's first step reads it from here instead of reading back what
+    was just written: at a million keys that read was a third of a rescaled
+    query's first batch. ``whole`` is false once chunks were left out (the
+    worker kept :data:`_SEEDS_KEPT_BYTES` already): then the step reads.
+    """
+
+    chunks: dict[int, bytes] = field(default_factory=dict)
+    layout: Layout | None = None
+    checkpoints: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    whole: bool = True
+    size: int = 0
+
+
 class _ElasticProcessor:
     """The ``StatefulProcessor`` spark-elastic runs: checkpoints around the user's processor.
 
@@ -588,6 +630,10 @@ class _ElasticProcessor:
         self.key_column = key_column
         self.bucket_checkpoints = bucket_checkpoints
         self.output_columns = output_columns
+        # Spark hands a partition's seeds to their tasks before any task's records, as
+        # calls of their own: each is kept until its task's step.
+        self._seeds: dict[int, _Seed] = {}
+        self._seeds_size = 0
 
     # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
 
@@ -608,11 +654,15 @@ class _ElasticProcessor:
         self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
     ) -> None:
         # One round trip per chunk (a seed holds whole chunks), not per key.
+        kept = self._seeds.setdefault(int(key[0]), _Seed())
         for row in seed.itertuples(index=False):
             if row.kind == "chunk":
-                self.state.updateValue((int(row.chunk),), (int(row.entries), bytes(row.data)))
+                data = bytes(row.data)
+                self.state.updateValue((int(row.chunk),), (int(row.entries), data))
+                self._keep(kept, int(row.chunk), data)
             elif row.kind == "layout":
-                self.layout.update((int(row.depth), int(row.keys)))
+                kept.layout = Layout(int(row.depth), int(row.keys))
+                self.layout.update((kept.layout.depth, kept.layout.keys))
             elif row.kind == "held":
                 if self.holds:
                     self.held.update((bytes(row.data), str(row.clocks)))
@@ -625,6 +675,7 @@ class _ElasticProcessor:
             else:
                 entry = (str(row.stream), int(row.partition), int(row.key_bucket), int(row.factor))
                 self.checkpoints.updateValue(entry, (int(row.next_offset),))
+                kept.checkpoints[entry] = int(row.next_offset)
 
     def handleInputRows(
         self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timer_values: Any
@@ -633,6 +684,10 @@ class _ElasticProcessor:
 
         (routing_key,) = key
         route = self.routes[int(routing_key)]
+        seed = self._seeds.pop(int(routing_key), None)
+        if seed is not None:
+            self._seeds_size -= seed.size
+            seed = seed if seed.whole else None
         frames = [frame for frame in rows if len(frame)]
         if not frames:
             return
@@ -643,10 +698,12 @@ class _ElasticProcessor:
             batch = in_order(batch, self.order, KafkaColumns(), self.timestamp)
 
         started = time.perf_counter_ns()
-        if self.bucket_checkpoints:
-            entries = [(tuple(k), int(v[0])) for k, v in self.checkpoints.iterator()]
-        else:
+        if not self.bucket_checkpoints:
             entries = []
+        elif seed is not None:
+            entries = list(seed.checkpoints.items())
+        else:
+            entries = [(tuple(k), int(v[0])) for k, v in self.checkpoints.iterator()]
         bucket_started = time.perf_counter_ns()
         skip = _covered(batch, entries)
         bucket_ns = time.perf_counter_ns() - bucket_started
@@ -660,7 +717,7 @@ class _ElasticProcessor:
         elif self.order == "timestamp":
             enforced = unplaced(fresh, route.partitions)
         figures = (len(fresh), int(skip.sum()), bucket_ns, resolve_ns, held, enforced)
-        yield from self._tagged(self._apply(route, ready), figures, route, mark)
+        yield from self._tagged(self._apply(route, ready, seed), figures, route, mark)
 
     def handleExpiredTimer(
         self, key: tuple[Any, ...], timer_values: Any, expired_timer_info: Any
@@ -728,18 +785,24 @@ class _ElasticProcessor:
             )
         return held[list(self.crossing.columns)]
 
-    def _apply(self, route: _TaskRoute, fresh: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    def _apply(
+        self, route: _TaskRoute, fresh: pd.DataFrame, seed: _Seed | None = None
+    ) -> Iterator[pd.DataFrame]:
         """Apply records in order to the task's state and yield the processor's output.
 
         Records below the checkpoint's output fences were published by an
         earlier owner: they go into the state and their output is dropped.
+        ``seed``: what the task's seed wrote just before (its whole state).
         """
         if not len(fresh):
             return
         fences = _fences(self.fences)
         quiet = _covered(fresh, fences) if fences else np.zeros(len(fresh), dtype=bool)
-        stored = self.layout.get()
-        layout = None if stored is None else Layout(int(stored[0]), int(stored[1]))
+        if seed is not None:
+            layout = seed.layout
+        else:
+            stored = self.layout.get()
+            layout = None if stored is None else Layout(int(stored[0]), int(stored[1]))
         state = TaskState(
             route.name,
             route.key_bucket,
@@ -749,6 +812,7 @@ class _ElasticProcessor:
             hash=self.hash,
             known_hashes=_key_hashes(fresh[self.key_column], fresh[BUCKET_HASH]),
             layout=layout,
+            seeded=None if seed is None else seed.chunks,
         )
         state._prefetch(fresh[BUCKET_HASH].to_numpy())
         user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
@@ -777,9 +841,22 @@ class _ElasticProcessor:
             self.layout.update((written.depth, written.keys))
 
     def close(self) -> None:
-        pass
+        self._seeds.clear()  # seeded tasks without records: their state is in the store
+        self._seeds_size = 0
 
     # -- steps ----------------------------------------------------------------------------------
+
+    def _keep(self, seed: _Seed, chunk: int, data: bytes) -> None:
+        """Keep a seeded chunk for the task's first step, within the worker's bound."""
+        if not seed.whole:
+            return
+        if self._seeds_size + len(data) > _SEEDS_KEPT_BYTES:
+            self._seeds_size -= seed.size
+            seed.chunks, seed.size, seed.whole = {}, 0, False
+            return
+        seed.chunks[chunk] = data
+        seed.size += len(data)
+        self._seeds_size += len(data)
 
     def _advance(
         self, fresh: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]], bucket: int

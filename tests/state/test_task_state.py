@@ -235,6 +235,60 @@ def test_a_batch_touching_most_chunks_reads_them_in_one_paged_call() -> None:
     assert store.reads == reads
 
 
+def _seeded_store(count: int) -> tuple[FakeStore, Layout, list[bytes]]:
+    """A task's state as a seed writes it: chunks in the store, and the same bytes in hand."""
+    state, store = task_state()
+    keys = keys_in_bucket(1, 4, count)
+    for i, key in enumerate(keys):
+        state.put(key, (i, None))
+    return store, state.flush(), keys
+
+
+def seeded(store: FakeStore, layout: Layout) -> TaskState:
+    chunks = {c: data for (c,), (_, data) in store.values.items()}
+    return TaskState("Partition 0_1_4", 1, 4, store, fields=FIELDS, layout=layout, seeded=chunks)
+
+
+def test_a_seeded_task_reads_its_chunks_from_the_seed_not_back_from_the_store() -> None:
+    store, layout, keys = _seeded_store(3 * GROW_AT)
+    state = seeded(store, layout)
+    reads = store.reads
+    state._prefetch([bucket_of_key(k, 1 << 20) for k in keys])
+    assert [state.get(k) for k in keys] == [(i, None) for i in range(len(keys))]
+    assert state.get(keys_in_bucket(1, 4, len(keys) + 1)[-1]) is None  # a key without state
+    assert store.reads == reads
+
+
+def test_a_seeded_task_writes_only_the_chunks_it_changed() -> None:
+    store, layout, keys = _seeded_store(3 * GROW_AT)
+    before = dict(store.values)
+    state = seeded(store, layout)
+    state.put(keys[0], (100, "new"))
+    writes = store.writes
+    assert state.flush() == layout
+    assert store.writes == writes + 1
+    changed = {c for c in store.values if store.values[c] != before[c]}
+    assert len(changed) == 1
+    assert store.keyed() == {
+        k: (100, "new") if k == keys[0] else (i, None) for i, k in enumerate(keys)
+    }
+
+
+def test_a_seeded_task_that_grows_regroups_every_seeded_key() -> None:
+    store, layout, keys = _seeded_store(GROW_AT)  # one chunk, full
+    state = seeded(store, layout)
+    more = keys_in_bucket(1, 4, 3 * GROW_AT)[len(keys) :]
+    for key in more:
+        state.put(key, (-1, None))
+    grown = state.flush()
+    assert grown.depth > layout.depth
+    assert grown.keys == len(keys) + len(more)
+    assert store.keyed() == {
+        **{k: (i, None) for i, k in enumerate(keys)},
+        **dict.fromkeys(more, (-1, None)),
+    }
+
+
 def test_deleting_every_key_of_a_chunk_removes_the_chunk() -> None:
     state, store = task_state()
     keys = keys_in_bucket(1, 4, 3)
@@ -259,3 +313,78 @@ def test_a_step_knows_each_key_s_hash_once_in_bytes_and_not_null_keys() -> None:
     assert _key_hashes(keys, hashes) == {b"b": 7, b"a": 3}
     binary = pd.Series([b"k", b"k", bytearray(b"j")], dtype=object)
     assert _key_hashes(binary, pd.Series([1, 1, 2])) == {b"k": 1, b"j": 2}
+
+
+class _Recorded:
+    """A state variable stand-in that records each call the processor makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*_: Any) -> None:
+            self.calls.append(name)
+
+        return call
+
+
+def _seed_rows(routing_key: int) -> Any:
+    import pandas as pd
+
+    from spark_elastic.state.rescale import SEED_SCHEMA
+
+    names = [column.split()[0] for column in SEED_SCHEMA.split(", ")]
+    rows = [
+        {"kind": "chunk", "chunk": 1, "entries": 2, "data": b"c1"},
+        {"kind": "layout", "depth": 3, "keys": 2},
+        {"kind": "checkpoint", "stream": "clicks", "partition": 0, "key_bucket": 1, "factor": 4}
+        | {"next_offset": 40},
+    ]
+    return pd.DataFrame([{**dict.fromkeys(names), "routing_key": routing_key, **r} for r in rows])
+
+
+def _seeding_step() -> Any:
+    from spark_elastic.state.processor import _ElasticProcessor, _TaskRoute
+
+    routes = {k: _TaskRoute(f"Partition 0_{k}_4", k % 4, k, (("clicks", 0),)) for k in (5, 7)}
+    step = _ElasticProcessor(object(), routes, 4, "n long", (), ("n",))  # type: ignore[arg-type]
+    step.state, step.layout, step.checkpoints = _Recorded(), _Recorded(), _Recorded()
+    return step
+
+
+def test_seeds_are_written_and_kept_until_their_own_task_s_step() -> None:
+    step = _seeding_step()
+    # Spark hands a partition's seeds over before any task's records, each a call of its own.
+    step.handleInitialState((5,), _seed_rows(5), None)
+    step.handleInitialState((7,), _seed_rows(7), None)
+    # Written as before: the seed is the checkpoint's state whether or not a step follows.
+    assert (step.state.calls, step.layout.calls, step.checkpoints.calls) == (
+        ["updateValue"] * 2,
+        ["update"] * 2,
+        ["updateValue"] * 2,
+    )
+    five = step._seeds[5]
+    assert (five.chunks, five.layout, five.whole) == ({1: b"c1"}, Layout(3, 2), True)
+    assert five.checkpoints == {("clicks", 0, 1, 4): 40}
+    assert list(step.handleInputRows((7,), iter([]), None)) == []
+    assert set(step._seeds) == {5}  # task 7's step took its own seed only
+    step.close()  # task 5 had no records: its state is in the store
+    assert step._seeds == {}
+    assert step._seeds_size == 0
+
+
+def test_a_seed_beyond_the_worker_s_bound_is_read_back_not_kept_in_part(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spark_elastic.state import processor
+
+    monkeypatch.setattr(processor, "_SEEDS_KEPT_BYTES", 3)
+    step = _seeding_step()
+    step.handleInitialState((5,), _seed_rows(5), None)  # 2 bytes: kept
+    more = _seed_rows(7)
+    more.loc[len(more)] = more.iloc[0].to_dict() | {"chunk": 2, "data": b"c2"}
+    step.handleInitialState((7,), more, None)  # 2 + 4 bytes: not all of it
+    assert step._seeds[5].whole
+    assert (step._seeds[7].whole, step._seeds[7].chunks) == (False, {})
+    assert step._seeds_size == 2
+    assert step.state.calls == ["updateValue"] * 3  # every chunk written all the same
