@@ -5,6 +5,11 @@ and a key whose bucket is not the task's would be sent to another task (or
 dropped) by the next rescale. Both are refused in ``put``, before anything
 reaches the StateStore. These specs use a stand-in store; one spec checks the
 Python key bucket against the one Spark computes.
+
+A rescaled checkpoint's first batch writes each task's seed, then applies
+its records: the task's step reads the seed it was just given, never the
+store it was just written to (at a million keys that read was a third of
+the batch).
 """
 
 from __future__ import annotations
@@ -388,3 +393,59 @@ def test_a_seed_beyond_the_worker_s_bound_is_read_back_not_kept_in_part(
     assert (step._seeds[7].whole, step._seeds[7].chunks) == (False, {})
     assert step._seeds_size == 2
     assert step.state.calls == ["updateValue"] * 3  # every chunk written all the same
+
+
+class _NoReads(_Recorded):
+    """A state variable stand-in for a seeded checkpoint's first batch: nothing to read."""
+
+    def getValue(self, *_: Any) -> None:
+        raise AssertionError("a seeded task's first step read a chunk back")
+
+    def get(self) -> None:
+        raise AssertionError("a seeded task's first step read its layout back")
+
+    def iterator(self) -> Any:
+        raise AssertionError("a seeded task's first step read its chunks or checkpoints back")
+
+
+def test_a_seeded_task_s_first_step_counts_on_from_its_seed_without_reading_it_back() -> None:
+    import pandas as pd
+
+    from spark_elastic import TaskProcessor
+    from spark_elastic.state.chunks import encode
+    from spark_elastic.state.processor import _METRICS, BUCKET_HASH, _ElasticProcessor, _TaskRoute
+
+    class Count(TaskProcessor):
+        state_schema = "n long"
+        output_schema = "key binary, n long"
+
+        def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
+            counts = []
+            for key in rows["key"]:
+                n = task.get(key, (0,))[0] + 1  # type: ignore[index]
+                task.put(key, (n,))
+                counts.append(n)
+            return pd.DataFrame({"key": rows["key"], "n": counts})
+
+    slot = 4 * 1000 + 1  # a key slot of bucket 1 of 4 (the step takes its slot from Spark)
+    seed = _seed_rows(5)
+    seed.loc[0, ["data", "entries"]] = [encode({b"k": (slot, (5,))}), 1]  # chunk 1: k -> 5
+    seed.loc[1, ["depth", "keys"]] = [2, 1]
+    route = _TaskRoute("Partition 0_1_4", 1, 5, (("clicks", 0),))
+    fields = (StateField("n", "bigint", "int"),)
+    step = _ElasticProcessor(Count(), {5: route}, 4, "n long", fields, ("key", "n"))
+    step.state, step.layout, step.checkpoints = _NoReads(), _NoReads(), _NoReads()
+    step.handleInitialState((5,), seed, None)
+    records = pd.DataFrame(
+        {
+            "key": [b"k", b"k"],
+            "topic": ["clicks"] * 2,
+            "partition": [0, 0],
+            "offset": [39, 40],  # 39 is below the seed's checkpoint (40): applied already
+            "routing_key": [5, 5],
+            BUCKET_HASH: [slot, slot],
+        }
+    )
+    out = pd.concat(step.handleInputRows((5,), iter([records]), None))
+    assert out[out[_METRICS].isna()]["n"].tolist() == [6]  # the figures ride on a copy
+    assert step.state.calls == ["updateValue", "updateValue"]  # the seed, then the step
