@@ -566,7 +566,7 @@ class _TaskRoute:
     partitions: tuple[tuple[str, int], ...] = ()
 
 
-_SEEDS_KEPT_BYTES = 256 << 20
+_SEEDS_KEPT_BYTES = 128 << 20
 """The most seed bytes one Python worker keeps for its tasks' first steps; beyond, they read."""
 
 
