@@ -850,13 +850,14 @@ class _ElasticProcessor:
         """Keep a seeded chunk for the task's first step, within the worker's bound."""
         if not seed.whole:
             return
-        if self._seeds_size + len(data) > _SEEDS_KEPT_BYTES:
+        grows = len(data) - len(seed.chunks.get(chunk, b""))  # a chunk seeded again replaces
+        if self._seeds_size + grows > _SEEDS_KEPT_BYTES:
             self._seeds_size -= seed.size
             seed.chunks, seed.size, seed.whole = {}, 0, False
             return
         seed.chunks[chunk] = data
-        seed.size += len(data)
-        self._seeds_size += len(data)
+        seed.size += grows
+        self._seeds_size += grows
 
     def _advance(
         self, fresh: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]], bucket: int

@@ -373,6 +373,8 @@ def test_seeds_are_written_and_kept_until_their_own_task_s_step() -> None:
     assert five.checkpoints == {("clicks", 0, 1, 4): 40}
     assert list(step.handleInputRows((7,), iter([]), None)) == []
     assert set(step._seeds) == {5}  # task 7's step took its own seed only
+    step.handleInitialState((5,), _seed_rows(5), None)  # its chunk again: it replaces
+    assert step._seeds_size == step._seeds[5].size == len(b"c1")
     step.close()  # task 5 had no records: its state is in the store
     assert step._seeds == {}
     assert step._seeds_size == 0
