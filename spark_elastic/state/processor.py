@@ -630,8 +630,10 @@ class _ElasticProcessor:
         self.key_column = key_column
         self.bucket_checkpoints = bucket_checkpoints
         self.output_columns = output_columns
-        # Spark hands a partition's seeds to their tasks before any task's records, as
-        # calls of their own: each is kept until its task's step.
+        # pyspark's worker regroups a partition's rows by task across Arrow batches, and seeds
+        # and records come in batches of their own: it may hand over every seed of a partition
+        # before any task's records, each in a call of its own. Each is kept until its task's
+        # step.
         self._seeds: dict[int, _Seed] = {}
         self._seeds_size = 0
 

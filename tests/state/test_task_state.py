@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from spark_elastic.dataplane.buckets import bucket_of_key
+from spark_elastic.dataplane.buckets import SLOTS, bucket_of_key
 from spark_elastic.errors import ArgumentError, ArgumentTypeError
 from spark_elastic.state.chunks import GROW_AT, Layout, decode
 from spark_elastic.state.processor import StateField, TaskState
@@ -232,7 +232,6 @@ def test_a_batch_touching_most_chunks_reads_them_in_one_paged_call() -> None:
         state.put(key, (1, None))
     layout = state.flush()
     again = reopened(store, layout)
-    from spark_elastic.dataplane.buckets import SLOTS
 
     again._prefetch([bucket_of_key(k, SLOTS) for k in keys])
     reads = store.reads
@@ -258,7 +257,7 @@ def test_a_seeded_task_reads_its_chunks_from_the_seed_not_back_from_the_store() 
     store, layout, keys = _seeded_store(3 * GROW_AT)
     state = seeded(store, layout)
     reads = store.reads
-    state._prefetch([bucket_of_key(k, 1 << 20) for k in keys])
+    state._prefetch([bucket_of_key(k, SLOTS) for k in keys])
     assert [state.get(k) for k in keys] == [(i, None) for i in range(len(keys))]
     assert state.get(keys_in_bucket(1, 4, len(keys) + 1)[-1]) is None  # a key without state
     assert store.reads == reads
@@ -359,7 +358,7 @@ def _seeding_step() -> Any:
 
 def test_seeds_are_written_and_kept_until_their_own_task_s_step() -> None:
     step = _seeding_step()
-    # Spark hands a partition's seeds over before any task's records, each a call of its own.
+    # pyspark may hand over every seed of a partition before any task's records.
     step.handleInitialState((5,), _seed_rows(5), None)
     step.handleInitialState((7,), _seed_rows(7), None)
     # Written as before: the seed is the checkpoint's state whether or not a step follows.
