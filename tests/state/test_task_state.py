@@ -411,22 +411,10 @@ class _NoReads(_Recorded):
 
 def test_a_seeded_task_s_first_step_counts_on_from_its_seed_without_reading_it_back() -> None:
     import pandas as pd
+    from key_counts import Count  # the runtime specs' running count per key
 
-    from spark_elastic import TaskProcessor
     from spark_elastic.state.chunks import encode
     from spark_elastic.state.processor import _METRICS, BUCKET_HASH, _ElasticProcessor, _TaskRoute
-
-    class Count(TaskProcessor):
-        state_schema = "n long"
-        output_schema = "key binary, n long"
-
-        def process(self, task: TaskState, rows: pd.DataFrame) -> pd.DataFrame:
-            counts = []
-            for key in rows["key"]:
-                n = task.get(key, (0,))[0] + 1  # type: ignore[index]
-                task.put(key, (n,))
-                counts.append(n)
-            return pd.DataFrame({"key": rows["key"], "n": counts})
 
     slot = 4 * 1000 + 1  # a key slot of bucket 1 of 4 (the step takes its slot from Spark)
     seed = _seed_rows(5)
