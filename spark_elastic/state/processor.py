@@ -255,6 +255,7 @@ class TaskState:
         known_hashes: Mapping[bytes, int] | None = None,
         layout: Layout | None = None,
         seeded: Mapping[int, bytes] | None = None,
+        unstored: Mapping[int, int] | None = None,
     ) -> None:
         self.name = name
         """The virtual task's name, e.g. ``Partition 0_1_2``."""
@@ -272,9 +273,12 @@ class TaskState:
         self._loaded_sizes: dict[int, int] = {}
         self._dirty: set[int] = set()
         self._all_loaded = False
-        # The task's whole state as its seed just wrote it (a rescaled checkpoint's first
-        # batch): chunks come from here, not from the StateStore they were written to.
+        # The task's whole state as its seed gave it (a rescaled checkpoint's first batch):
+        # chunks come from here, not from the StateStore.
         self._seeded = seeded
+        # Seeded chunks not in the StateStore yet (chunk -> its key count): flush writes each
+        # once, as the step left it, instead of the seed writing it and the step again.
+        self._unstored = dict(unstored or {})
 
     def get(
         self, key: bytes | str, default: tuple[Any, ...] | None = None
@@ -392,9 +396,13 @@ class TaskState:
             entries = self._chunks.get(c, {})
             if entries:
                 self._store.updateValue((c,), (len(entries), encode(entries)))
-            elif self._loaded_sizes.get(c, 0):
+            elif self._loaded_sizes.get(c, 0) and c not in self._unstored:
                 self._store.removeKey((c,))
             self._loaded_sizes[c] = len(entries)
+        if self._unstored and self._seeded is not None:
+            for c in sorted(self._unstored.keys() - self._dirty):  # untouched: as seeded
+                self._store.updateValue((c,), (self._unstored[c], self._seeded[c]))
+            self._unstored = {}
         self._dirty.clear()
         self._layout = layout
         return layout
@@ -572,20 +580,29 @@ _SEEDS_KEPT_BYTES = 128 << 20
 
 @dataclass
 class _Seed:
-    """What one task's seed wrote in this micro-batch (executor, per seeded task).
+    """What one task's seed gave it in this micro-batch (executor, per seeded task).
 
     A seed is the task's whole state (a seeded checkpoint starts empty), so
     the task's first step reads it from here instead of reading back what
     was just written: at a million keys that read was a third of a rescaled
     query's first batch. ``whole`` is false once chunks were left out (the
     worker kept :data:`_SEEDS_KEPT_BYTES` already): then the step reads.
+
+    ``stored`` is false while the chunks in hand are not in the StateStore:
+    the task's step writes each once, as it leaves it (most chunks of a
+    rescaled task change in its first batch, and each write is a round
+    trip), and :meth:`_ElasticProcessor.close` writes those of a task that
+    had no step, under ``key``.
     """
 
+    key: tuple[Any, ...] = ()
     chunks: dict[int, bytes] = field(default_factory=dict)
+    entries: dict[int, int] = field(default_factory=dict)
     layout: Layout | None = None
     checkpoints: dict[tuple[Any, ...], int] = field(default_factory=dict)
     whole: bool = True
     size: int = 0
+    stored: bool = True
 
 
 class _ElasticProcessor:
@@ -636,11 +653,17 @@ class _ElasticProcessor:
         # step.
         self._seeds: dict[int, _Seed] = {}
         self._seeds_size = 0
+        # pyspark's client to the state server, to write a seed in close() under its task's
+        # key; without it (another pyspark), each seed is written as it comes.
+        self._client: Any = None
 
     # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
 
     def init(self, handle: Any) -> None:
         _freeze_worker_heap()
+        client = getattr(handle, "_statefulProcessorApiClient", None)
+        if all(hasattr(client, m) for m in ("set_implicit_key", "remove_implicit_key")):
+            self._client = client
         self.state = handle.getMapState(
             USER_STATE, struct_of(CHUNK_KEY_SCHEMA), struct_of(CHUNK_VALUE_SCHEMA)
         )
@@ -655,13 +678,17 @@ class _ElasticProcessor:
     def handleInitialState(
         self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
     ) -> None:
-        # One round trip per chunk (a seed holds whole chunks), not per key.
-        kept = self._seeds.setdefault(int(key[0]), _Seed())
+        # One round trip per chunk (a seed holds whole chunks), not per key; none at all for
+        # the chunks kept for the task's step, which writes them.
+        kept = self._seeds.get(int(key[0]))
+        if kept is None:
+            kept = _Seed(key=tuple(key), stored=self._client is None)
+            self._seeds[int(key[0])] = kept
         for row in seed.itertuples(index=False):
             if row.kind == "chunk":
-                data = bytes(row.data)
-                self.state.updateValue((int(row.chunk),), (int(row.entries), data))
-                self._keep(kept, int(row.chunk), data)
+                chunk, entries, data = int(row.chunk), int(row.entries), bytes(row.data)
+                if not self._keep(kept, chunk, entries, data) or kept.stored:
+                    self.state.updateValue((chunk,), (entries, data))
             elif row.kind == "layout":
                 kept.layout = Layout(int(row.depth), int(row.keys))
                 self.layout.update((kept.layout.depth, kept.layout.keys))
@@ -689,9 +716,10 @@ class _ElasticProcessor:
         seed = self._seeds.pop(int(routing_key), None)
         if seed is not None:
             self._seeds_size -= seed.size
-            seed = seed if seed.whole else None
+            seed = seed if seed.whole else None  # one not whole is in the store
         frames = [frame for frame in rows if len(frame)]
         if not frames:
+            self._store_seed(seed)
             return
         batch = self.crossing.restore(
             pd.concat(frames, ignore_index=True), route.name, route.key_bucket
@@ -720,6 +748,7 @@ class _ElasticProcessor:
             enforced = unplaced(fresh, route.partitions)
         figures = (len(fresh), int(skip.sum()), bucket_ns, resolve_ns, held, enforced)
         yield from self._tagged(self._apply(route, ready, seed), figures, route, mark)
+        self._store_seed(seed)  # no records to apply (all skipped or held): the seed as it is
 
     def handleExpiredTimer(
         self, key: tuple[Any, ...], timer_values: Any, expired_timer_info: Any
@@ -815,6 +844,7 @@ class _ElasticProcessor:
             known_hashes=_key_hashes(fresh[self.key_column], fresh[BUCKET_HASH]),
             layout=layout,
             seeded=None if seed is None else seed.chunks,
+            unstored=None if seed is None or seed.stored else seed.entries,
         )
         state._prefetch(fresh[BUCKET_HASH].to_numpy())
         user_rows = fresh.drop(columns=list(_INTERNAL_INPUT)).reset_index(drop=True)
@@ -839,27 +869,55 @@ class _ElasticProcessor:
             for out in frames_of(self.user.process(state, user_rows)):
                 yield self._checked(out)
         written = state.flush()
+        if seed is not None:
+            seed.stored = True  # flush wrote every seeded chunk
         if written != layout:
             self.layout.update((written.depth, written.keys))
 
     def close(self) -> None:
-        self._seeds.clear()  # seeded tasks without records: their state is in the store
-        self._seeds_size = 0
+        """Write the seeds of tasks that had no step (executor, once per partition)."""
+        try:
+            pending = [s for _, s in sorted(self._seeds.items()) if not s.stored]
+            for seed in pending:
+                # pyspark removed the last task's key before calling close.
+                self._client.set_implicit_key(seed.key)
+                self._store_seed(seed)
+            if pending:
+                self._client.remove_implicit_key()
+        finally:
+            self._seeds.clear()
+            self._seeds_size = 0
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def _keep(self, seed: _Seed, chunk: int, data: bytes) -> None:
-        """Keep a seeded chunk for the task's first step, within the worker's bound."""
+    def _keep(self, seed: _Seed, chunk: int, entries: int, data: bytes) -> bool:
+        """Keep a seeded chunk for the task's first step, within the worker's bound.
+
+        Returns whether it was kept. A seed that would cross the bound keeps
+        nothing (a step uses a whole seed or none): what it kept so far is
+        written now, in the seed's own call, under its task's key.
+        """
         if not seed.whole:
-            return
+            return False
         grows = len(data) - len(seed.chunks.get(chunk, b""))  # a chunk seeded again replaces
         if self._seeds_size + grows > _SEEDS_KEPT_BYTES:
+            self._store_seed(seed)
             self._seeds_size -= seed.size
-            seed.chunks, seed.size, seed.whole = {}, 0, False
-            return
+            seed.chunks, seed.entries, seed.size, seed.whole = {}, {}, 0, False
+            return False
         seed.chunks[chunk] = data
+        seed.entries[chunk] = entries
         seed.size += grows
         self._seeds_size += grows
+        return True
+
+    def _store_seed(self, seed: _Seed | None) -> None:
+        """Write a seed's chunks not in the StateStore yet (its task's key must be set)."""
+        if seed is None or seed.stored:
+            return
+        for c in sorted(seed.chunks):
+            self.state.updateValue((c,), (seed.entries[c], seed.chunks[c]))
+        seed.stored = True
 
     def _advance(
         self, fresh: pd.DataFrame, entries: list[tuple[tuple[Any, ...], int]], bucket: int

@@ -123,8 +123,9 @@ class Job:
             self.log.create_topic(TOPIC, PARTITIONS)
         register_log_source(self.spark)
 
-    def produce(self, count: int) -> None:
-        keys = [f"user-{self.rng.randrange(25)}".encode() for _ in range(count)]
+    def produce(self, count: int, key: bytes | None = None) -> None:
+        """``count`` records of random keys (25 of them), or all of ``key``."""
+        keys = [key or f"user-{self.rng.randrange(25)}".encode() for _ in range(count)]
         with self.log.producer(TOPIC) as producer:
             producer.send_many(keys, [b"x"] * count)
 

@@ -119,6 +119,25 @@ def test_rescaled_query_restarts_after_its_first_commit(
     assert_applied_in_offset_order(job.output(), seed)
 
 
+def test_tasks_without_records_in_the_rescaled_first_batch_keep_their_seeded_state(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    # A seeded task's step writes its seed with what the step changed; a task that gets no
+    # records in that batch has no step, and its seed is written as the partition closes.
+    job = Job(spark, tmp_path / "job", random.Random(seed))
+    first, split = tmp_path / "cp", tmp_path / "cp-split"
+    job.produce(300)
+    job.run(first, 1)
+    before = {row.key: row["count"] for row in final_state(spark, first).collect()}
+    assert len(before) == 25  # spread over all four tasks of the split
+    rescale(first, split, 2, spark)
+    job.produce(20, key=b"user-3")  # records for one task of four
+    job.run(split, 2)
+
+    after = {row.key: row["count"] for row in final_state(spark, split).collect()}
+    assert after == before | {"user-3": before["user-3"] + 20}
+
+
 @pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_two_queries_owning_halves_merge_into_one(
     spark: SparkSession, tmp_path: Path, seed: int

@@ -6,10 +6,11 @@ dropped) by the next rescale. Both are refused in ``put``, before anything
 reaches the StateStore. These specs use a stand-in store; one spec checks the
 Python key bucket against the one Spark computes.
 
-A rescaled checkpoint's first batch writes each task's seed, then applies
-its records: the task's step reads the seed it was just given, never the
-store it was just written to (at a million keys that read was a third of
-the batch).
+A rescaled checkpoint's first batch gives each task its seed, then its
+records: the task's step reads the seed it was given, never the store (at a
+million keys that read was a third of the batch), and writes each seeded
+chunk once, as it leaves it; the seed of a task without records is written
+as the partition closes.
 """
 
 from __future__ import annotations
@@ -293,6 +294,56 @@ def test_a_seeded_task_that_grows_regroups_every_seeded_key() -> None:
     }
 
 
+def unstored(store: FakeStore, layout: Layout) -> tuple[TaskState, dict[int, bytes]]:
+    """A task seeded with the store's chunks, which are then taken out of the store."""
+    chunks = {c: data for (c,), (_, data) in store.values.items()}
+    entries = {c: n for (c,), (n, _) in store.values.items()}
+    store.values.clear()
+    state = TaskState(
+        "Partition 0_1_4", 1, 4, store, fields=FIELDS, layout=layout, seeded=chunks,
+        unstored=entries,
+    )  # fmt: skip
+    return state, chunks
+
+
+def test_a_task_seeded_in_hand_writes_each_chunk_once_as_it_leaves_it() -> None:
+    store, layout, keys = _seeded_store(3 * GROW_AT)
+    state, chunks = unstored(store, layout)
+    state.put(keys[0], (100, "new"))
+    state.delete(keys[1])
+    writes = store.writes
+    assert state.flush() == Layout(layout.depth, layout.keys - 1)
+    assert store.writes == writes + len(chunks)  # each once: the seed's write is the step's
+    assert store.keyed() == {
+        k: (100, "new") if k == keys[0] else (i, None) for i, k in enumerate(keys) if k != keys[1]
+    }
+    touched = {c for (c,), (_, data) in store.values.items() if data != chunks[c]}
+    assert len(touched) <= 2  # the others as they came, not decoded and encoded again
+    state.flush()
+    assert store.writes == writes + len(chunks)  # written once, not at every flush
+
+
+def test_a_seeded_chunk_emptied_before_it_was_stored_is_not_removed() -> None:
+    store, layout, keys = _seeded_store(1)
+    state, _ = unstored(store, layout)
+    state.delete(keys[0])
+    assert state.flush() == Layout(layout.depth, 0)
+    assert (store.values, store.writes) == ({}, 1)  # the seed's one write; no removal
+
+
+def test_a_task_seeded_in_hand_that_grows_writes_every_key() -> None:
+    store, layout, keys = _seeded_store(GROW_AT)
+    state, _ = unstored(store, layout)
+    more = keys_in_bucket(1, 4, 3 * GROW_AT)[len(keys) :]
+    for key in more:
+        state.put(key, (-1, None))
+    assert state.flush().depth > layout.depth
+    assert store.keyed() == {
+        **{k: (i, None) for i, k in enumerate(keys)},
+        **dict.fromkeys(more, (-1, None)),
+    }
+
+
 def test_deleting_every_key_of_a_chunk_removes_the_chunk() -> None:
     state, store = task_state()
     keys = keys_in_bucket(1, 4, 3)
@@ -356,8 +407,64 @@ def _seeding_step() -> Any:
     return step
 
 
-def test_seeds_are_written_and_kept_until_their_own_task_s_step() -> None:
+class _Client:
+    """pyspark's state client, as far as close() uses it: whose key is set, recorded."""
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+
+    def set_implicit_key(self, key: tuple[Any, ...]) -> None:
+        self.step.state.calls.append(f"key {key}")
+
+    def remove_implicit_key(self) -> None:
+        self.step.state.calls.append("no key")
+
+
+def _deferring_step() -> Any:
     step = _seeding_step()
+    step._client = _Client(step)
+    return step
+
+
+def test_seeded_chunks_wait_for_their_task_s_step_which_writes_them() -> None:
+    step = _deferring_step()
+    step.handleInitialState((5,), _seed_rows(5), None)
+    step.handleInitialState((7,), _seed_rows(7), None)
+    assert step.state.calls == []  # chunks wait; the layout and checkpoints are written
+    assert (step.layout.calls, step.checkpoints.calls) == (["update"] * 2, ["updateValue"] * 2)
+    assert list(step.handleInputRows((7,), iter([]), None)) == []
+    assert step.state.calls == ["updateValue"]  # task 7 had no records to apply: as it came
+    step.close()  # task 5 had no step: its seed is written under its own key
+    assert step.state.calls == ["updateValue", "key (5,)", "updateValue", "no key"]
+    assert (step._seeds, step._seeds_size) == ({}, 0)
+
+
+def test_close_writes_nothing_when_every_seed_was_written() -> None:
+    step = _deferring_step()
+    step.handleInitialState((7,), _seed_rows(7), None)
+    list(step.handleInputRows((7,), iter([]), None))
+    step.close()
+    assert step.state.calls == ["updateValue"]
+
+
+def test_a_deferred_seed_crossing_the_worker_s_bound_is_written_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spark_elastic.state import processor
+
+    monkeypatch.setattr(processor, "_SEEDS_KEPT_BYTES", 3)
+    step = _deferring_step()
+    more = _seed_rows(7)
+    more.loc[len(more)] = more.iloc[0].to_dict() | {"chunk": 2, "data": b"c2"}
+    step.handleInitialState((7,), more, None)  # chunk 1 kept, chunk 2 crosses the bound
+    assert step.state.calls == ["updateValue"] * 2  # in the seed's own call, under its key
+    assert not step._seeds[7].whole
+    step.close()
+    assert step.state.calls == ["updateValue"] * 2
+
+
+def test_seeds_are_written_and_kept_until_their_own_task_s_step() -> None:
+    step = _seeding_step()  # without pyspark's client: each seed written as it comes
     # pyspark may hand over every seed of a partition before any task's records.
     step.handleInitialState((5,), _seed_rows(5), None)
     step.handleInitialState((7,), _seed_rows(7), None)
@@ -438,3 +545,39 @@ def test_a_seeded_task_s_first_step_counts_on_from_its_seed_without_reading_it_b
     out = pd.concat(step.handleInputRows((5,), iter([records]), None))
     assert out[out[_METRICS].isna()]["n"].tolist() == [6]  # the figures ride on a copy
     assert step.state.calls == ["updateValue", "updateValue"]  # the seed, then the step
+    step.close()
+    assert step.state.calls == ["updateValue", "updateValue"]
+
+
+def test_a_deferred_seed_is_written_once_by_its_step_with_the_step_s_changes() -> None:
+    import pandas as pd
+    from key_counts import Count
+
+    from spark_elastic.state.chunks import decode, encode
+    from spark_elastic.state.processor import BUCKET_HASH, _ElasticProcessor, _TaskRoute
+
+    slot = 4 * 1000 + 1
+    seed = _seed_rows(5)
+    seed.loc[0, ["data", "entries"]] = [encode({b"k": (slot, (5,))}), 1]
+    seed.loc[1, ["depth", "keys"]] = [2, 1]
+    route = _TaskRoute("Partition 0_1_4", 1, 5, (("clicks", 0),))
+    fields = (StateField("n", "bigint", "int"),)
+    step = _ElasticProcessor(Count(), {5: route}, 4, "n long", fields, ("key", "n"))
+    store = FakeStore()
+    step.state, step.layout, step.checkpoints = store, _NoReads(), _NoReads()
+    step._client = object()  # present: nothing is set under another key in this spec
+    step.handleInitialState((5,), seed, None)
+    assert store.writes == 0
+    records = pd.DataFrame(
+        {
+            "key": [b"k"],
+            "topic": ["clicks"],
+            "partition": [0],
+            "offset": [40],
+            "routing_key": [5],
+            BUCKET_HASH: [slot],
+        }
+    )
+    list(step.handleInputRows((5,), iter([records]), None))
+    assert (store.writes, store.reads) == (1, 0)
+    assert {k: v for k, (_, v) in decode(store.values[(1,)][1]).items()} == {b"k": (6,)}
