@@ -10,8 +10,9 @@ and a rescale moves whole chunks instead of single keys.
 
 A task's ``depth`` grows with its key count (a chunk holds
 :data:`TARGET_KEYS` keys on average after growing, at most :data:`GROW_AT`
-before): small states take a handful of chunks, large ones enough that a
-micro-batch rewrites only the chunks its records touch. Chunk numbers are
+before; fewer when its values are large, so that a chunk stays near
+:data:`TARGET_BYTES`): small states take a handful of chunks, large ones
+enough that a micro-batch rewrites only the chunks its records touch. Chunk numbers are
 stable when the depth grows: chunk ``c`` splits into ``c`` and ``c + 2**depth``.
 A task at factor ``f`` owns the chunks ``c`` with ``c % f`` its key bucket,
 so at ``depth >= log2(f)`` a split or merge of virtual tasks moves chunks
@@ -31,6 +32,7 @@ from typing import Any
 __all__ = [
     "GROW_AT",
     "LAYOUT_VERSION",
+    "TARGET_BYTES",
     "TARGET_KEYS",
     "Entries",
     "Layout",
@@ -42,6 +44,7 @@ __all__ = [
     "min_depth",
     "regroup",
     "should_grow",
+    "target_keys",
 ]
 
 LAYOUT_VERSION = 2
@@ -57,6 +60,9 @@ keys a chunk, and a rescaled checkpoint's first batch a quarter faster;
 """
 GROW_AT = 2 * TARGET_KEYS
 """Average keys per chunk beyond which a task's chunks double."""
+TARGET_BYTES = 64 << 10
+"""A chunk's encoded size right after the chunks double, at most: a key touched
+rewrites its whole chunk, so large values get fewer keys a chunk (64 of 1 KiB)."""
 MAX_DEPTH = 20
 """No deeper than the key slots themselves (``SLOT_BITS``)."""
 
@@ -95,17 +101,33 @@ def chunk_count(depth: int, elasticity_factor: int) -> int:
     return max(1, (1 << depth) // elasticity_factor)
 
 
-def depth_for(keys: int, elasticity_factor: int) -> int:
-    """The depth for ``keys`` keys in a task: the shallowest averaging <= :data:`TARGET_KEYS`."""
+def target_keys(bytes_per_key: float | None = None) -> int:
+    """Keys a chunk averages right after doubling, for keys of ``bytes_per_key`` encoded.
+
+    :data:`TARGET_KEYS`, or fewer when that many would pass
+    :data:`TARGET_BYTES`; at least one. Unknown sizes (``None``) take
+    :data:`TARGET_KEYS`.
+    """
+    if not bytes_per_key:
+        return TARGET_KEYS
+    return max(1, min(TARGET_KEYS, int(TARGET_BYTES / bytes_per_key)))
+
+
+def depth_for(keys: int, elasticity_factor: int, target: int = TARGET_KEYS) -> int:
+    """The depth for ``keys`` keys in a task: the shallowest averaging <= ``target`` a chunk."""
     depth = min_depth(elasticity_factor)
-    while depth < MAX_DEPTH and keys > TARGET_KEYS * chunk_count(depth, elasticity_factor):
+    while depth < MAX_DEPTH and keys > target * chunk_count(depth, elasticity_factor):
         depth += 1
     return depth
 
 
-def should_grow(layout: Layout, elasticity_factor: int) -> bool:
-    """Do the task's chunks average more than :data:`GROW_AT` keys (and may they split)?"""
-    return layout.depth < MAX_DEPTH and layout.keys > GROW_AT * chunk_count(
+def should_grow(layout: Layout, elasticity_factor: int, target: int = TARGET_KEYS) -> bool:
+    """Do the task's chunks average more than twice ``target`` keys (and may they split)?
+
+    ``target`` is :func:`target_keys` of the task's key size; by default
+    :data:`TARGET_KEYS`, so the limit is :data:`GROW_AT`.
+    """
+    return layout.depth < MAX_DEPTH and layout.keys > 2 * target * chunk_count(
         layout.depth, elasticity_factor
     )
 

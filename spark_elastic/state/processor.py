@@ -88,6 +88,7 @@ from spark_elastic.state.chunks import (
     min_depth,
     regroup,
     should_grow,
+    target_keys,
 )
 from spark_elastic.state.crossing import BUCKET_COLUMN, TASK_COLUMN, Crossing, crossing
 from spark_elastic.state.holdback import (
@@ -372,8 +373,10 @@ class TaskState:
         """Write changed chunks to the StateStore (called by the library); the new layout.
 
         Doubles the task's chunks first when they average more than
-        :data:`~spark_elastic.state.chunks.GROW_AT` keys (reading all of them
-        once), so the chunks a batch rewrites stay small as state grows.
+        :data:`~spark_elastic.state.chunks.GROW_AT` keys, or fewer large ones
+        (:func:`~spark_elastic.state.chunks.target_keys` of the key size the
+        changed chunks show), reading all of them once, so the chunks a batch
+        rewrites stay small as state grows.
 
         Returns
         -------
@@ -384,18 +387,24 @@ class TaskState:
             len(self._chunks[c]) - self._loaded_sizes[c] for c in self._dirty
         )
         layout = Layout(self._layout.depth, keys)
-        if should_grow(layout, self.elasticity_factor):
+        # Encoded before deciding: the changed chunks' size per key sets how many keys fit.
+        encoded = {c: encode(e) for c in self._dirty if (e := self._chunks.get(c))}
+        sized = sum(len(self._chunks[c]) for c in encoded)
+        target = target_keys(sum(map(len, encoded.values())) / sized if sized else None)
+        if should_grow(layout, self.elasticity_factor, target):
             self._load_all()
-            layout = Layout(depth_for(keys, self.elasticity_factor), keys)
+            layout = Layout(depth_for(keys, self.elasticity_factor, target), keys)
             old = set(self._chunks)
             self._chunks = regroup(self._chunks.values(), layout.depth)
             self._dirty = old | set(self._chunks)
             for c in self._chunks:
                 self._loaded_sizes.setdefault(c, 0)
+            encoded = {}  # regrouped: every chunk is encoded anew
         for c in sorted(self._dirty):
             entries = self._chunks.get(c, {})
             if entries:
-                self._store.updateValue((c,), (len(entries), encode(entries)))
+                data = encoded.get(c)
+                self._store.updateValue((c,), (len(entries), data or encode(entries)))
             elif self._loaded_sizes.get(c, 0) and c not in self._unstored:
                 self._store.removeKey((c,))
             self._loaded_sizes[c] = len(entries)

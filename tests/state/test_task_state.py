@@ -226,6 +226,26 @@ def test_chunks_double_as_keys_grow_and_every_key_survives() -> None:
     assert store.reads == reads + 1
 
 
+def test_chunks_of_large_values_double_by_their_size_not_their_key_count() -> None:
+    from spark_elastic.state.chunks import TARGET_BYTES
+
+    # A key touched rewrites its whole chunk: 200 keys of 4 KiB are not one chunk of 800 KiB.
+    state, store = task_state()
+    keys = keys_in_bucket(1, 4, 200)
+    values = {k: (i, f"{i:>4}" * 1024) for i, k in enumerate(keys)}  # distinct: pickled apart
+    for key, value in values.items():
+        state.put(key, value)
+    layout = state.flush()
+    assert len(keys) < GROW_AT  # by key count alone it would stay one chunk
+    assert len(store.values) > 1
+    assert max(len(data) for _, data in store.values.values()) <= 2 * TARGET_BYTES
+    assert store.keyed() == values
+    small, _ = task_state()
+    for i, key in enumerate(keys):
+        small.put(key, (i, None))
+    assert small.flush().depth < layout.depth
+
+
 def test_a_batch_touching_most_chunks_reads_them_in_one_paged_call() -> None:
     state, store = task_state()
     keys = keys_in_bucket(1, 4, 3 * GROW_AT)
