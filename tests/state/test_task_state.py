@@ -320,9 +320,15 @@ def unstored(store: FakeStore, layout: Layout) -> tuple[TaskState, dict[int, byt
     entries = {c: n for (c,), (n, _) in store.values.items()}
     store.values.clear()
     state = TaskState(
-        "Partition 0_1_4", 1, 4, store, fields=FIELDS, layout=layout, seeded=chunks,
+        "Partition 0_1_4",
+        1,
+        4,
+        store,
+        fields=FIELDS,
+        layout=layout,
+        seeded=chunks,
         unstored=entries,
-    )  # fmt: skip
+    )
     return state, chunks
 
 
