@@ -12,8 +12,9 @@ A task's ``depth`` grows with its key count (a chunk holds
 :data:`TARGET_KEYS` keys on average after growing, at most :data:`GROW_AT`
 before; fewer when its values are large, so that a chunk stays near
 :data:`TARGET_BYTES`): small states take a handful of chunks, large ones
-enough that a micro-batch rewrites only the chunks its records touch. Chunk numbers are
-stable when the depth grows: chunk ``c`` splits into ``c`` and ``c + 2**depth``.
+enough that a micro-batch rewrites only the chunks its records touch. Chunk
+numbers are stable when the depth grows: chunk ``c`` splits into ``c`` and
+``c + 2**depth``.
 A task at factor ``f`` owns the chunks ``c`` with ``c % f`` its key bucket,
 so at ``depth >= log2(f)`` a split or merge of virtual tasks moves chunks
 whole, never decoding them.
