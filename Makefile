@@ -30,7 +30,8 @@ typecheck: $(STAMP)
 # Two workers: one runs the end-to-end stories in turn, the other every other file, a file
 # at a time (conftest.py deals them). `make test` is what CI runs: every spec but those
 # marked `long` (stories proven again on a second input, further cases of a spec it runs),
-# about 14 minutes on 2 cores; `make test-all` runs those too (about 90 minutes).
+# about 20 minutes on 2 cores (its limit is 15: docs/development.md, "Two tiers"); `make test-all`
+# runs those too (about 90 minutes).
 PYTEST := PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # What the specs need, made side by side once the venv is there: the linters and mypy read,
