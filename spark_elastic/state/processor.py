@@ -1752,16 +1752,19 @@ def _run(
         initialState=initial,
     )
     figures = F.col(_METRICS)
+    # As SQL text: each column function is several py4j calls (about 0.7 ms each in a
+    # fresh JVM), and these were a fifth of the calls that build a container's query.
     observed = result.observe(
         METRICS_NAME,
         # Read back when the query starts: the state partitions it needs (query_settings).
-        F.lit(partitions or routing.task_count).alias(STATE_PARTITIONS_METRIC),
-        F.max(F.lit(routing.task_count if spec.tasks is None else len(spec.tasks))).alias(
-            "task_count"
+        F.expr(f"{int(partitions or routing.task_count)} AS {STATE_PARTITIONS_METRIC}"),
+        F.expr(
+            f"max({int(routing.task_count if spec.tasks is None else len(spec.tasks))}) "
+            "AS task_count"
         ),
-        F.count(figures).alias("active_tasks"),
+        F.expr(f"count({_METRICS}) AS active_tasks"),
         *(
-            F.coalesce(F.sum(F.split(figures, ",")[i].cast("long")), F.lit(0)).alias(name)
+            F.expr(f"coalesce(sum(CAST(split({_METRICS}, ',')[{i}] AS BIGINT)), 0) AS {name}")
             for i, name in enumerate(_METRIC_NAMES)
         ),
     )
