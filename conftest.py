@@ -152,6 +152,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Sweep what the specs' killed containers left in the host's scratch (the controller's
+    end: every worker, and so every container the specs started, is done)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from spark_elastic.runtime.container.scratch import sweep
+
+    sweep()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] SparkSession shared by every test (Spark takes ~10 s to start)."""

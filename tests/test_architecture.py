@@ -304,6 +304,8 @@ FILE_STEPS_ALLOWED = {
     ("spark_elastic.dataplane.session", "shutil.which"),
     # A container JVM's class archive, in its host's cache: the host's file, not a job's.
     ("spark_elastic.runtime.container.class_archive", "os.replace"),
+    # A dead container JVM's temporary files, on its host: the host's files, not a job's.
+    ("spark_elastic.runtime.container.scratch", "shutil.rmtree"),
     # A local session's Spark home of links, in its host's cache: the host's, not a job's.
     ("spark_elastic.dataplane.spark_home", "<path>.symlink_to"),
     ("spark_elastic.dataplane.spark_home", "os.rename"),

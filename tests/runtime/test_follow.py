@@ -28,11 +28,11 @@ from spark_elastic.runtime.container.follow import (
     scratch_for,
     snapshot_dir,
     source_fences,
-    sweep_scratch,
     take_snapshot,
 )
 from spark_elastic.runtime.container.generations import last_committed_batch
 from spark_elastic.runtime.container.query import _offsets_of
+from spark_elastic.runtime.container.scratch import sweep
 from spark_elastic.runtime.container.warmups import _rehearse, _Replayer
 from spark_elastic.runtime.growth import grown_plan
 from spark_elastic.runtime.lease import ContainerLease, LeaseTerms
@@ -448,11 +448,11 @@ def test_a_container_starting_deletes_the_host_scratch_of_containers_gone_from_i
     unmarked = scratch_for("s3a://jobs/clicks/generations/000005-clicks-c5")
     unmarked.mkdir(parents=True)
 
-    assert sweep_scratch() == [dead]
+    assert sweep() == [dead]
     assert not dead.exists()
     assert live.exists(), "this process is alive"
     assert unmarked.exists(), "no mark: not known to be anyone's"
-    assert sweep_scratch() == []
+    assert sweep() == []
     assert scratch_for(tmp_path / "generations" / "000006-c6") == tmp_path / "generations", (
         "a local checkpoint's scratch is its parent, never swept"
     )

@@ -11,7 +11,8 @@ prefix), :mod:`.warmups` (a KIP-441 warm-up before it owns its tasks),
 :mod:`.follow` (a warm-up's copies of its old owners' committed state, and
 the gate and fences of a replaying one), :mod:`.class_archive` (its JVM's
 class archive, recorded by a host's first container and mapped by later
-ones) and :mod:`.console` (its log lines and exit codes).
+ones), :mod:`.scratch` (its JVM's temporary files, swept once it is dead)
+and :mod:`.console` (its log lines and exit codes).
 
 May import: the shared runtime modules (:mod:`spark_elastic.runtime.protocol`,
 :mod:`~spark_elastic.runtime.lease`, :mod:`~spark_elastic.runtime.job`,

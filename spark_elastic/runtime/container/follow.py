@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from spark_elastic.errors import SparkElasticError
 from spark_elastic.runtime.container.generations import fork_committed, last_committed_batch
+from spark_elastic.runtime.container.scratch import mark, scratch_root
 from spark_elastic.runtime.keys import Holders, parsed
 from spark_elastic.runtime.protocol import ContainerModel, JobModel
 from spark_elastic.state.checkpoint_dir import (
@@ -72,7 +73,6 @@ __all__ = [
     "holders_idle",
     "own_scratch",
     "scratch_for",
-    "sweep_scratch",
     "snapshot_dir",
     "source_fences",
     "take_snapshot",
@@ -123,58 +123,18 @@ def scratch_for(target: str | os.PathLike[str]) -> Path:
     if is_local(text):
         return Path(text).parent
     digest = hashlib.sha256(text.rstrip("/").encode()).hexdigest()[:16]
-    return _scratch_root() / digest
-
-
-def _scratch_root() -> Path:
-    return Path(tempfile.gettempdir()) / "spark-elastic-scratch"
-
-
-_SCRATCH_OWNER = "owner.pid"
+    return scratch_root() / digest
 
 
 def own_scratch(target: str | os.PathLike[str]) -> Path:
     """:func:`scratch_for` a checkpoint on HDFS or S3, made and marked as this process's.
 
-    The mark lets :func:`sweep_scratch` delete it once the process is gone
-    (a container killed before it could clean up). Not for local checkpoints,
-    whose scratch is their own parent directory.
+    The mark lets :func:`~spark_elastic.runtime.container.scratch.sweep`
+    delete it once the process is gone (a container killed before it could
+    clean up). Not for local checkpoints, whose scratch is their own parent
+    directory.
     """
-    path = scratch_for(target)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / _SCRATCH_OWNER).write_text(str(os.getpid()))
-    return path
-
-
-def sweep_scratch() -> list[Path]:
-    """Delete the scratch directories of this host whose owning process is gone.
-
-    Runs on a container's driver, once as it starts: what containers killed
-    on this host left behind (a warm-up's gate, a snapshot). A directory
-    without a mark, or whose process runs (or whose PID another process has
-    taken since), is left. Returns what it deleted.
-    """
-    swept = []
-    with contextlib.suppress(FileNotFoundError):
-        for path in sorted(_scratch_root().iterdir()):
-            try:
-                pid = int((path / _SCRATCH_OWNER).read_text())
-            except (OSError, ValueError):
-                continue
-            if not _alive(pid):
-                _LOCAL.discard(str(path))
-                swept.append(path)
-    return swept
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: alive
-    return True
+    return mark(scratch_for(target))
 
 
 def holder_checkpoints(model: JobModel, tasks: Sequence[str]) -> list[str]:

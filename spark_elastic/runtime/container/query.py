@@ -22,6 +22,7 @@ from spark_elastic.errors import InputError, ProtocolError
 from spark_elastic.runtime.container.class_archive import with_class_archive
 from spark_elastic.runtime.container.compiler import with_compiler
 from spark_elastic.runtime.container.console import EXIT_FENCED, _log
+from spark_elastic.runtime.container.scratch import with_scratch
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.job import Job
 from spark_elastic.runtime.lease import RESTART_TOLERANCE_S, ContainerLease
@@ -53,6 +54,8 @@ def _session(job: Job, settings: ContainerSettings, app_name: str) -> SparkSessi
     conf = {**_DEFAULT_CONF, **dict(job.spark_conf), **settings.spark_conf}
     home = own_spark_home(settings.master, conf)
     conf = with_class_archive(with_compiler(conf), java, home)
+    # Its temporary files where a later container sweeps them if this one is killed.
+    conf = with_scratch(conf, settings.container_id)
     builder = SparkSession.builder.master(settings.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -33,7 +33,7 @@ from spark_elastic.errors import ProtocolError
 from spark_elastic.runtime.container.class_archive import finish as finish_class_archive
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
-from spark_elastic.runtime.container.follow import scratch_for, sweep_scratch
+from spark_elastic.runtime.container.follow import scratch_for
 from spark_elastic.runtime.container.query import (
     _factor_of,
     _progress_json,
@@ -41,6 +41,7 @@ from spark_elastic.runtime.container.query import (
     build_report,
     progress_since,
 )
+from spark_elastic.runtime.container.scratch import sweep
 from spark_elastic.runtime.container.settings import ContainerSettings
 from spark_elastic.runtime.container.warmups import _await_tasks, warm_up_for
 from spark_elastic.runtime.growth import grown_plan
@@ -106,7 +107,7 @@ def _run_container(
     settings: ContainerSettings, client: CoordinatorClient, started: list[StreamingQuery]
 ) -> int:
     """:func:`run_container`'s life; every query it starts is put in ``started`` at once."""
-    for swept in sweep_scratch():
+    for swept in sweep():
         _log(f"deleted {swept}: the scratch of a container gone from this host")
     job, module = load_job_and_module(settings.job)
     # On this side only the write budget and the drift allowance matter; the lease's length
