@@ -9,6 +9,7 @@ driver and builds Spark expressions; per-row work happens in the JVM (or, for
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -98,8 +99,10 @@ def known_partition_counts(df: DataFrame) -> tuple[str, dict[str, int]] | None:
 def streaming_sources(df: DataFrame) -> list[tuple[str, dict[str, str]]]:
     """The format name and options of every streaming source a DataFrame reads.
 
-    Runs on the driver: walks the analyzed plan (a few py4j calls per node).
-    Empty for DataFrames that are not classic pyspark ones.
+    Runs on the driver: reads the analyzed plan's leaves (a few py4j calls
+    per leaf; walking every node was about 200 calls for a container's
+    query, 0.7 ms each in a fresh JVM). Empty for DataFrames that are not
+    classic pyspark ones.
 
     Parameters
     ----------
@@ -116,22 +119,21 @@ def streaming_sources(df: DataFrame) -> list[tuple[str, dict[str, str]]]:
     if jdf is None:
         return []
     found = []
-    stack = [jdf.queryExecution().analyzed()]
-    while stack:
-        node = stack.pop()
-        if node.nodeName() in ("StreamingRelationV2", "StreamingRelation"):
-            name = node.sourceName()
-            options = node.extraOptions() if node.nodeName() == "StreamingRelationV2" else None
-            found.append(
-                (
-                    str(name),
-                    {}
-                    if options is None
-                    else {str(k): str(v) for k, v in options.asCaseSensitiveMap().items()},
-                )
-            )
-        children = node.children()
-        stack.extend(children.apply(i) for i in range(children.size()))
+    # Streaming relations are leaves of the plan; their options cross as one JSON string
+    # (Jackson is Spark's), not an entry at a time.
+    mapper = None
+    leaves = jdf.queryExecution().analyzed().collectLeaves()
+    for i in range(leaves.size()):
+        node = leaves.apply(i)
+        kind = node.nodeName()
+        if kind in ("StreamingRelationV2", "StreamingRelation"):
+            options: dict[str, str] = {}
+            if kind == "StreamingRelationV2":
+                if mapper is None:
+                    mapper = df.sparkSession._jvm.com.fasterxml.jackson.databind.ObjectMapper()
+                text = mapper.writeValueAsString(node.extraOptions().asCaseSensitiveMap())
+                options = {str(k): str(v) for k, v in json.loads(text).items()}
+            found.append((str(node.sourceName()), options))
     return found
 
 
