@@ -99,9 +99,9 @@ def known_partition_counts(df: DataFrame) -> tuple[str, dict[str, int]] | None:
 def streaming_sources(df: DataFrame) -> list[tuple[str, dict[str, str]]]:
     """The format name and options of every streaming source a DataFrame reads.
 
-    Runs on the driver: reads the analyzed plan's leaves (a few py4j calls
-    per leaf; walking every node was about 200 calls for a container's
-    query, 0.7 ms each in a fresh JVM). Empty for DataFrames that are not
+    Runs on the driver: reads the analyzed plan's leaves, a few py4j calls
+    each (walking every node and each option an entry at a time was about
+    200 calls for a container's query). Empty for DataFrames that are not
     classic pyspark ones.
 
     Parameters
@@ -497,7 +497,8 @@ def _task_id_column(routing: VirtualTaskRouting, system: str, cols: KafkaColumns
     """Per row: ``base task index * factor + key bucket``, or an error outside the plan.
 
     Built as SQL text: a column function at a time was about 230 py4j calls for
-    one stream, 0.7 ms each in a fresh JVM (a container's start, a rescale's).
+    one stream (a query built in a warm session took 0.52-0.65 s with these and the
+    key hash's, 0.36-0.38 s without; docs/benchmarks.md, session 44).
     """
     from pyspark.sql import functions as F
 

@@ -1752,8 +1752,8 @@ def _run(
         initialState=initial,
     )
     figures = F.col(_METRICS)
-    # As SQL text: each column function is several py4j calls (about 0.7 ms each in a
-    # fresh JVM), and these were a fifth of the calls that build a container's query.
+    # As SQL text: each column function is several py4j calls, and these were a fifth
+    # of the calls that build a container's query (see transforms._task_id_column).
     observed = result.observe(
         METRICS_NAME,
         # Read back when the query starts: the state partitions it needs (query_settings).
