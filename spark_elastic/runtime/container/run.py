@@ -107,8 +107,6 @@ def _run_container(
     settings: ContainerSettings, client: CoordinatorClient, started: list[StreamingQuery]
 ) -> int:
     """:func:`run_container`'s life; every query it starts is put in ``started`` at once."""
-    for swept in sweep():
-        _log(f"deleted {swept}: the scratch of a container gone from this host")
     job, module = load_job_and_module(settings.job)
     # On this side only the write budget and the drift allowance matter; the lease's length
     # comes with every reply, and the margin is the coordinator's.
@@ -132,6 +130,14 @@ def _run_container(
         warm_up.discard()
         return EXIT_FENCED
     lease.renew(sent, reply.lease_ms)
+    # Housekeeping of the host, once the coordinator has owned this container (one it never
+    # issued touches nothing): what containers killed here left behind.
+    swept = sweep()
+    if swept:
+        _log(
+            f"deleted the scratch of {len(swept)} container(s) gone from this host "
+            f"({swept[0].parent}: {', '.join(p.name for p in swept)})"
+        )
 
     dead = threading.Event()
     stop = threading.Event()
