@@ -41,7 +41,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from spark_elastic.runtime.container.compiler import users_java_options
@@ -83,8 +83,8 @@ _INITIAL_PID_NAMESPACE = "pid:[4026531836]"
 """The kernel's first PID namespace (``PROC_PID_INIT_INO``): from it, every process is seen."""
 
 
-def _namespace_gone(namespace: str) -> bool:
-    """Whether no process is left in PID namespace ``namespace`` (False when unknown).
+def _namespaces_in_use() -> frozenset[str] | None:
+    """Every PID namespace a process is in, or None when this process cannot see them all.
 
     Only root in the initial namespace sees every process and may read its
     namespace, as the namespaces launcher (root) made them; a process even
@@ -92,16 +92,15 @@ def _namespace_gone(namespace: str) -> bool:
     reach) is not one of its containers'.
     """
     if _pid_namespace() != _INITIAL_PID_NAMESPACE or os.geteuid() != 0:
-        return False
+        return None
+    seen = set()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
-                return False
-        except OSError:
-            continue  # exited meanwhile, or not one of the launcher's
-    return True
+        if entry.isdigit():
+            try:
+                seen.add(os.readlink(f"/proc/{entry}/ns/pid"))
+            except OSError:
+                continue  # exited meanwhile, or not one of the launcher's
+    return frozenset(seen)
 
 
 def mark(directory: Path) -> Path:
@@ -117,14 +116,17 @@ def mark(directory: Path) -> Path:
     return directory
 
 
-def owner_alive(directory: Path) -> bool | None:
+def owner_alive(
+    directory: Path, namespaces: Callable[[], frozenset[str] | None] = _namespaces_in_use
+) -> bool | None:
     """Whether the process that marked ``directory`` runs; None when it bears no mark.
 
     An owner in another PID namespace counts as alive until no process is
     left in that namespace, which only a process of the initial namespace
-    can tell (elsewhere such a directory is never deleted). A mark of a
-    PID alone (written before start times were) counts as alive while any
-    process has that PID.
+    can tell (elsewhere such a directory is never deleted); ``namespaces``
+    gives the ones in use (a sweep reads ``/proc`` for them once). A mark
+    of a PID alone (written before start times were) counts as alive while
+    any process has that PID.
     """
     try:
         fields = (directory / OWNER).read_text().split()
@@ -133,7 +135,8 @@ def owner_alive(directory: Path) -> bool | None:
     except (OSError, ValueError, IndexError):
         return None
     if len(fields) > 2 and fields[2] != _pid_namespace():
-        return not _namespace_gone(fields[2])
+        in_use = namespaces()
+        return in_use is None or fields[2] in in_use
     if start is not None and Path("/proc/self/stat").exists():
         return _start_time(pid) == start
     try:
@@ -156,8 +159,16 @@ def sweep(root: Path | None = None) -> list[Path]:
         entries = sorted((root or scratch_root()).iterdir())
     except OSError:
         return gone
+    seen: list[frozenset[str] | None] = []
+
+    def namespaces() -> frozenset[str] | None:
+        # Read once a sweep, and only if a directory of another namespace asks.
+        if not seen:
+            seen.append(_namespaces_in_use())
+        return seen[0]
+
     for entry in entries:
-        if entry.is_dir() and owner_alive(entry) is False:
+        if entry.is_dir() and owner_alive(entry, namespaces) is False:
             shutil.rmtree(entry, ignore_errors=True)
             gone.append(entry)
     return gone
