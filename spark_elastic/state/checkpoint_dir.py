@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ELASTIC_DIR",
+    "SEED_SCHEMA",
     "CommittedBatch",
     "JobSpec",
     "OwnerLock",
@@ -82,6 +83,7 @@ __all__ = [
     "pinned_conf",
     "read_fences",
     "read_job",
+    "read_seed",
     "read_state",
     "require_job",
     "storage_of",
@@ -398,6 +400,24 @@ def has_seed(checkpoint: str | os.PathLike[str]) -> str | None:
     storage, root = storage_of(checkpoint)
     seed = storage.join(root, ELASTIC_DIR, SEED_DIR)
     return seed if storage.exists(seed) else None
+
+
+SEED_SCHEMA = (
+    "routing_key int, kind string, chunk int, entries int, data binary, depth int, keys long, "
+    "stream string, partition int, key_bucket int, factor int, next_offset long, clocks string"
+)
+"""One schema for every seed row: ``chunk``, ``layout``, ``checkpoint`` and ``held`` rows
+(``clocks`` since held rows came; a seed written before reads it as null)."""
+
+
+def read_seed(spark: SparkSession, seed: str) -> DataFrame:
+    """The seed's Parquet rows (driver), in :data:`SEED_SCHEMA`.
+
+    Given the schema, Spark does not infer it: inferring runs a Spark job that
+    reads a file's footer, once for every read of the seed (rescale's key
+    counts, the rescaled query's start, ``checkpoint show``).
+    """
+    return spark.read.schema(SEED_SCHEMA).parquet(seed)
 
 
 Fence = tuple[tuple[str, int, int, int], int]

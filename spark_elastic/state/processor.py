@@ -72,6 +72,7 @@ from spark_elastic.state.checkpoint_dir import (
     never_committed,
     pinned_conf,
     read_job,
+    read_seed,
     write_bootstrap,
     write_job,
 )
@@ -1743,7 +1744,7 @@ def _run(
     # A failed batch 0 is re-run from empty state: the seed must come along again.
     seed = has_seed(checkpoint) if never_committed(checkpoint) else None
     if seed is not None:
-        initial = spark.read.parquet(seed).groupBy("routing_key")
+        initial = read_seed(spark, seed).groupBy("routing_key")
     result = routed.groupBy("routing_key").transformWithStateInPandas(
         _as_stateful_processor(stateful),
         out_ddl,

@@ -49,12 +49,14 @@ from spark_elastic.state.bucket_checkpoints import BucketCheckpoint, bucket_star
 from spark_elastic.state.checkpoint_dir import (
     ELASTIC_DIR,
     SEED_DIR,
+    SEED_SCHEMA,
     CommittedBatch,
     JobSpec,
     OwnerLock,
     checkpoint_ref,
     last_batch,
     read_job,
+    read_seed,
     read_state,
     require_job,
     storage_of,
@@ -572,13 +574,6 @@ def _starting_offsets(
     return offsets
 
 
-SEED_SCHEMA = (
-    "routing_key int, kind string, chunk int, entries int, data binary, depth int, keys long, "
-    "stream string, partition int, key_bucket int, factor int, next_offset long, clocks string"
-)
-"""One schema for every seed row: ``chunk``, ``layout``, ``checkpoint`` and ``held`` rows."""
-
-
 def _write_target(target: Path | str, write: Callable[[Path | str], int]) -> int:
     """``write`` the seed and job file to a temporary sibling, then rename it into place.
 
@@ -616,8 +611,6 @@ def _write_seed_and_job(
     wanted: Sequence[int],
 ) -> int:
     """The seed (Spark writes it), then ``job.json``; the keys written."""
-    from pyspark.sql import functions as F
-
     from spark_elastic.state.checkpoint_dir import write_job
 
     storage, root = storage_of(target)
@@ -626,13 +619,11 @@ def _write_seed_and_job(
     chunks.write.parquet(str(seed))
     # Key counts from what was written: evaluating the chunks again would read every
     # source's state a second time.
-    counts = {
-        int(row.routing_key): int(row.keys)
-        for row in spark.read.parquet(str(seed))
-        .groupBy("routing_key")
-        .agg(F.sum("entries").alias("keys"))
-        .collect()
-    }
+    # Summed here, not by a groupBy: a row per chunk is few, and a shuffle's second stage
+    # cost a fresh process about 1 s of a rescale.
+    counts: dict[int, int] = {}
+    for row in read_seed(spark, str(seed)).select("routing_key", "entries").collect():
+        counts[row.routing_key] = counts.get(row.routing_key, 0) + row.entries
     keys = routing_keys(plan.task_count).tolist()
     task_of = {k: t for t, k in enumerate(keys)}
     none5: tuple[None, ...] = (None,) * 5

@@ -18,6 +18,7 @@ from spark_elastic.state.checkpoint_dir import (
     has_seed,
     last_batch,
     never_committed,
+    read_seed,
     read_state,
     require_job,
 )
@@ -259,7 +260,7 @@ def read_keyed_state(
     if seed is not None:
         # Made by rescale, not started: the state is the seed its first batch loads.
         chunks = (
-            session.read.parquet(seed)
+            read_seed(session, seed)
             .where("kind = 'chunk'")
             .select(task_name[F.col("routing_key")].alias("virtual_task"), "data")
         )

@@ -412,7 +412,7 @@ class _Recorded:
 def _seed_rows(routing_key: int) -> Any:
     import pandas as pd
 
-    from spark_elastic.state.rescale import SEED_SCHEMA
+    from spark_elastic.state.checkpoint_dir import SEED_SCHEMA
 
     names = [column.split()[0] for column in SEED_SCHEMA.split(", ")]
     rows = [
