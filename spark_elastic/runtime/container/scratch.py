@@ -37,6 +37,7 @@ Runs on a container's driver, as it starts. Standard library only, plus
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -159,14 +160,8 @@ def sweep(root: Path | None = None) -> list[Path]:
         entries = sorted((root or scratch_root()).iterdir())
     except OSError:
         return gone
-    seen: list[frozenset[str] | None] = []
-
-    def namespaces() -> frozenset[str] | None:
-        # Read once a sweep, and only if a directory of another namespace asks.
-        if not seen:
-            seen.append(_namespaces_in_use())
-        return seen[0]
-
+    # Read once a sweep, and only if a directory of another namespace asks.
+    namespaces = functools.cache(_namespaces_in_use)
     for entry in entries:
         if entry.is_dir() and owner_alive(entry, namespaces) is False:
             shutil.rmtree(entry, ignore_errors=True)
