@@ -694,7 +694,7 @@ def _seed_chunks(
         sources.append((source, _old_tasks(source), depth_of))
     depths = _new_depths(plan, sources)
     seed = spark.createDataFrame([], CHUNK_ROWS)
-    for source, (bases, _), depth_of in sources:
+    for source, (bases, buckets), depth_of in sources:
         stored = read_state(spark, source.path, USER_STATE, source.batch.batch_id)
         if stored is None:
             continue
@@ -714,7 +714,12 @@ def _seed_chunks(
         )
         if len(wanted) < plan.task_count:
             chunks = chunks.filter(F.col("routing_key").isin(related))
-        moved = chunks.mapInPandas(move, CHUNK_ROWS)
+        if _whole_keys(
+            bases, buckets, depth_of, depths, factor, source.plan.elasticity_factor
+        ) >= set(related):
+            moved = _moved_whole(chunks, bases, factor, new_keys)
+        else:
+            moved = chunks.mapInPandas(move, CHUNK_ROWS)
         if len(wanted) < plan.task_count:
             moved = moved.filter(F.col("routing_key").isin(wanted_keys))
         seed = seed.unionByName(moved)
@@ -830,6 +835,58 @@ def _new_depths(
                 task = base * factor + new_bucket
                 depths[task] = max(depths[task], depth)
     return depths
+
+
+def _whole_keys(
+    bases: dict[int, int],
+    buckets: dict[int, int],
+    depth_of: dict[int, int],
+    depths: list[int],
+    factor: int,
+    old_factor: int,
+) -> set[int]:
+    """The old tasks (routing keys) every chunk of which moves whole to one new task.
+
+    A chunk at a depth of at least ``log2(factor)`` holds keys of one new
+    task only; it moves whole when that task's depth is the chunk's. The new
+    tasks an old one feeds are those of its base whose bucket matches its own
+    modulo the smaller factor (as :func:`_new_depths` reads them). A task
+    without a layout (it never stored a key) is never whole, so its chunks,
+    if any, still go through :class:`_ChunkMover`.
+    """
+    common = min(factor, old_factor)
+    return {
+        key
+        for key, depth in depth_of.items()
+        if depth >= min_depth(factor)
+        and all(
+            depths[bases[key] * factor + bucket] == depth
+            for bucket in range(buckets[key] % common, factor, common)
+        )
+    }
+
+
+def _moved_whole(
+    chunks: DataFrame, bases: dict[int, int], factor: int, new_keys: list[int]
+) -> DataFrame:
+    """Chunks of old tasks that all move whole, renamed to their new tasks in Spark's SQL.
+
+    What :class:`_ChunkMover` does for such chunks (new task: the old task's
+    base times the factor plus the chunk's number modulo the factor), without
+    a Python worker: the bytes are never decoded, so they need not leave the
+    JVM (a fresh process would otherwise start its workers for it).
+    """
+    from pyspark.sql import functions as F
+
+    base_of = F.create_map(*[F.lit(x) for k, b in sorted(bases.items()) for x in (k, b)])
+    new_key = F.array(*[F.lit(k) for k in new_keys])
+    task = base_of[F.col("routing_key")] * factor + F.pmod(F.col("chunk"), F.lit(factor))
+    return chunks.select(
+        F.element_at(new_key, task + 1).cast("int").alias("routing_key"),
+        F.col("chunk").cast("int"),
+        F.col("entries").cast("int"),
+        F.col("data").cast("binary"),
+    )
 
 
 class _ChunkMover:

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
@@ -31,7 +32,14 @@ from spark_elastic import (
 )
 from spark_elastic.errors import ArgumentError, CheckpointError
 from spark_elastic.state.checkpoint_dir import OwnerLock
-from spark_elastic.state.rescale import _check_unchanged, stopped_source
+from spark_elastic.state.rescale import (
+    CHUNK_ROWS,
+    _check_unchanged,
+    _ChunkMover,
+    _moved_whole,
+    _whole_keys,
+    stopped_source,
+)
 
 # Slow (left out by `pytest -m "not slow"`): streaming queries, processes holding checkpoints.
 pytestmark = pytest.mark.slow
@@ -157,6 +165,46 @@ def test_two_queries_owning_halves_merge_into_one(
     reference = reference_run(spark, tmp_path, seed, [250, 150, 100])
 
     assert_same_as(reference, job, merged)
+
+
+# An old task (routing key) at factor 2 -> its base task and bucket, and its chunks' depth.
+OLD_BASES, OLD_BUCKETS, OLD_DEPTHS = {100: 0, 101: 0}, {100: 0, 101: 1}, {100: 3, 101: 3}
+NEW_KEYS = [200, 201, 202, 203]  # the four tasks of the same base at factor 4
+
+
+def test_a_split_moves_every_chunk_whole_where_the_new_tasks_keep_its_depth() -> None:
+    assert _whole_keys(OLD_BASES, OLD_BUCKETS, OLD_DEPTHS, [3, 3, 3, 3], 4, 2) == {100, 101}
+    # Task 1 (bucket 1 of 4) is deeper: key 101's chunks are re-chunked for it and task 3.
+    assert _whole_keys(OLD_BASES, OLD_BUCKETS, OLD_DEPTHS, [3, 4, 3, 3], 4, 2) == {100}
+    # Below log2(8) a chunk holds keys of several new tasks: it is decoded and split.
+    assert _whole_keys(OLD_BASES, OLD_BUCKETS, OLD_DEPTHS, [3] * 8, 8, 2) == {100, 101}
+    assert _whole_keys(OLD_BASES, OLD_BUCKETS, {100: 2, 101: 2}, [3] * 8, 8, 2) == set()
+    # A task without a layout never stored a key: not taken as whole.
+    assert _whole_keys(OLD_BASES, OLD_BUCKETS, {100: 3}, [3, 3, 3, 3], 4, 2) == {100}
+
+
+def test_whole_chunks_move_in_spark_s_sql_as_the_python_mover_moves_them(
+    spark: SparkSession,
+) -> None:
+    depths = [3, 3, 3, 3]
+    chunks = pd.DataFrame(
+        {
+            "routing_key": [100, 100, 100, 101, 101, 101],
+            "chunk": [0, 2, 6, 1, 3, 7],
+            "entries": [5, 1, 2, 3, 4, 9],
+            "data": [bytes([i]) * (i + 1) for i in range(6)],
+        }
+    )
+    mover = _ChunkMover(OLD_BASES, OLD_DEPTHS, depths, 4, NEW_KEYS)
+    expected = pd.concat(list(mover(iter([chunks]))), ignore_index=True)
+    assert sorted(expected["routing_key"]) == [200, 201, 202, 202, 203, 203]  # chunk % 4
+    moved = _moved_whole(spark.createDataFrame(chunks, CHUNK_ROWS), OLD_BASES, 4, NEW_KEYS)
+    assert_df_equality(
+        moved,
+        spark.createDataFrame(expected, CHUNK_ROWS),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
 
 
 @pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
