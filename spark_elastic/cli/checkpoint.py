@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["register"]
@@ -25,7 +26,7 @@ def register(subparsers: Any) -> None:
     show.add_argument("checkpoint", metavar="CHECKPOINT_DIR")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _conf_argument(show)
-    show.set_defaults(run=run_show)
+    show.set_defaults(run=_finished(run_show))
 
     rescale = subparsers.add_parser(
         "rescale",
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     )
     rescale.add_argument("--json", action="store_true", help="print the result as JSON")
     _conf_argument(rescale)
-    rescale.set_defaults(run=run_rescale)
+    rescale.set_defaults(run=_finished(run_rescale))
 
 
 def _conf_argument(parser: Any) -> None:
@@ -130,12 +131,40 @@ def run_rescale(args: argparse.Namespace) -> int:
 
 
 def _spark(conf: list[tuple[str, str]] | None = None) -> Any:
-    """A local session whose Spark logs only errors, from its very start (driver, once)."""
+    """A local session whose Spark logs only errors, from its very start (driver, once).
+
+    Its JVM is short-lived as a container's is, so it starts as one does: C1
+    only, and the host's class archive mapped (or recorded, then moved in by
+    :func:`_finished` at the command's end); a ``--conf`` choosing either keeps it.
+    """
+    from spark_elastic.dataplane.session import local_session
+
+    return local_session("spark-elastic-cli", conf=_session_conf(conf or []))
+
+
+def _session_conf(conf: list[tuple[str, str]]) -> dict[str, str]:
+    """The command's Spark settings: quiet logs, C1, the class archive, then ``--conf``'s."""
     from pathlib import Path
 
-    from spark_elastic.dataplane.session import local_session
+    from spark_elastic.dataplane.session import find_java
+    from spark_elastic.runtime.container.class_archive import with_class_archive
+    from spark_elastic.runtime.container.compiler import with_compiler
 
     quiet = Path(__file__).with_name("quiet-log4j2.properties")
     options = f"-Xss16m -Dlog4j2.configurationFile={quiet.as_uri()}"
-    settings = {"spark.driver.extraJavaOptions": options, **dict(conf or [])}
-    return local_session("spark-elastic-cli", conf=settings)
+    settings = {"spark.driver.extraJavaOptions": options, **dict(conf)}
+    return with_class_archive(with_compiler(settings), find_java())
+
+
+def _finished(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``command``, then its JVM's class archive moved in if it recorded one (driver, once)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from spark_elastic.runtime.container.class_archive import finish, gateway_process
+
+        try:
+            return command(args)
+        finally:
+            finish(gateway_process())
+
+    return run

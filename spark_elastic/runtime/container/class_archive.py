@@ -42,6 +42,7 @@ import contextlib
 import hashlib
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ __all__ = [
     "ClassArchive",
     "archive_dir",
     "finish",
+    "gateway_process",
     "java_options",
     "with_class_archive",
 ]
@@ -248,6 +250,16 @@ def _failed(marker: Path, why: str) -> None:
     # A directory gone read-only: the next container finds out for itself.
     with contextlib.suppress(OSError):
         marker.write_text(f"{why}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+
+
+def gateway_process() -> subprocess.Popen[Any] | None:
+    """This process's Spark JVM (pyspark's gateway process), if a session ever started.
+
+    For :func:`finish`; reads only what pyspark already loaded, so it loads nothing.
+    """
+    context = sys.modules.get("pyspark.core.context")
+    gateway = None if context is None else getattr(context.SparkContext, "_gateway", None)
+    return getattr(gateway, "proc", None)
 
 
 def finish(gateway_process: subprocess.Popen[Any] | None) -> None:

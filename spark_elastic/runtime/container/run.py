@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_elastic.errors import ProtocolError
 from spark_elastic.runtime.container.class_archive import finish as finish_class_archive
+from spark_elastic.runtime.container.class_archive import gateway_process
 from spark_elastic.runtime.container.client import CoordinatorClient, _Heartbeats, first_line
 from spark_elastic.runtime.container.console import EXIT_FENCED, EXIT_OK, _log
 from spark_elastic.runtime.container.follow import scratch_for
@@ -93,14 +93,7 @@ def run_container(settings: ContainerSettings) -> int:
         client.report_failure(settings.container_id, exc)
         raise
     finally:
-        finish_class_archive(_gateway_process())
-
-
-def _gateway_process() -> Any:
-    """The container's JVM (pyspark's gateway process), if its session ever started."""
-    context = sys.modules.get("pyspark.core.context")
-    gateway = None if context is None else getattr(context.SparkContext, "_gateway", None)
-    return getattr(gateway, "proc", None)
+        finish_class_archive(gateway_process())
 
 
 def _run_container(
