@@ -28,9 +28,10 @@ A job that sets its own ``-XX:SharedArchiveFile``, ``-XX:ArchiveClassesAtExit``
 or ``-Xshare`` (in ``spark.driver.extraJavaOptions``, ``SPARK_SUBMIT_OPTS``,
 ``JAVA_TOOL_OPTIONS`` or ``JDK_JAVA_OPTIONS``) keeps them, and none are added.
 
-Runs on a container's driver: :func:`with_class_archive` (or
+Runs on a container's driver, and on a ``rescale`` or ``checkpoint show``
+command's (as short-lived a JVM): :func:`with_class_archive` (or
 :func:`java_options`) once before its SparkSession starts, :func:`finish`
-once at its exit. Standard library only, plus
+once at its exit (with :func:`gateway_process`). Standard library only, plus
 :mod:`spark_elastic.runtime.container.console` and ``.compiler``,
 :func:`spark_elastic.dataplane.spark_home.cache_dir` (and pyspark's
 ``find_spark_home`` inside :func:`with_class_archive`).
