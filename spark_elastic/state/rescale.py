@@ -881,8 +881,17 @@ def _moved_whole(
     base_of = F.create_map(*[F.lit(x) for k, b in sorted(bases.items()) for x in (k, b)])
     new_key = F.array(*[F.lit(k) for k in new_keys])
     task = base_of[F.col("routing_key")] * factor + F.pmod(F.col("chunk"), F.lit(factor))
+    # Every stored routing key is one of the source plan's tasks; one that is not fails the
+    # rescale (as the mover's lookup would) rather than writing a chunk without a task.
+    unknown = F.raise_error(
+        F.concat(
+            F.lit("state of routing key "),
+            F.col("routing_key").cast("string"),
+            F.lit(", which is no task of the checkpoint's job plan"),
+        )
+    )
     return chunks.select(
-        F.element_at(new_key, task + 1).cast("int").alias("routing_key"),
+        F.coalesce(F.element_at(new_key, task + 1), unknown).cast("int").alias("routing_key"),
         F.col("chunk").cast("int"),
         F.col("entries").cast("int"),
         F.col("data").cast("binary"),

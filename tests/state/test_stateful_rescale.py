@@ -207,6 +207,15 @@ def test_whole_chunks_move_in_spark_s_sql_as_the_python_mover_moves_them(
     )
 
 
+def test_a_chunk_of_a_task_the_plan_does_not_have_fails_the_move_rather_than_losing_its_task(
+    spark: SparkSession,
+) -> None:
+    stray = pd.DataFrame({"routing_key": [999], "chunk": [0], "entries": [1], "data": [b"x"]})
+    moved = _moved_whole(spark.createDataFrame(stray, CHUNK_ROWS), OLD_BASES, 4, NEW_KEYS)
+    with pytest.raises(Exception, match="routing key 999, which is no task"):
+        moved.collect()
+
+
 @pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
 def test_a_share_of_the_tasks_rescales_alone_and_the_shares_add_up_to_a_single_run(
     spark: SparkSession, tmp_path: Path, seed: int
