@@ -176,7 +176,8 @@ def test_a_split_moves_every_chunk_whole_where_the_new_tasks_keep_its_depth() ->
     assert _whole_keys(OLD_BASES, OLD_BUCKETS, OLD_DEPTHS, [3, 3, 3, 3], 4, 2) == {100, 101}
     # Task 1 (bucket 1 of 4) is deeper: key 101's chunks are re-chunked for it and task 3.
     assert _whole_keys(OLD_BASES, OLD_BUCKETS, OLD_DEPTHS, [3, 4, 3, 3], 4, 2) == {100}
-    # Below log2(8) a chunk holds keys of several new tasks: it is decoded and split.
+    # At log2(8) a chunk still holds one new task's keys; below it, several: it is
+    # decoded and split.
     assert _whole_keys(OLD_BASES, OLD_BUCKETS, OLD_DEPTHS, [3] * 8, 8, 2) == {100, 101}
     assert _whole_keys(OLD_BASES, OLD_BUCKETS, {100: 2, 101: 2}, [3] * 8, 8, 2) == set()
     # A task without a layout never stored a key: not taken as whole.
