@@ -202,7 +202,7 @@ def java_options(java: str, spark_home: str, conf: Mapping[str, str]) -> str:
         chosen = ClassArchive(
             f"-XX:ArchiveClassesAtExit={recording} {_QUIET}", final, recording, claim
         )
-        _log(f"recording the JVM's classes for later containers' starts ({final})")
+        _log(f"recording the JVM's classes for later starts (containers, commands) ({final})")
     _CURRENT[:] = [chosen]
     return chosen.options
 
@@ -291,7 +291,7 @@ def finish(gateway_process: subprocess.Popen[Any] | None) -> None:
             size = archive.final.stat().st_size / 2**20
             _log(
                 f"recorded the JVM's classes in {time.monotonic() - started:.1f} s "
-                f"({size:.0f} MiB): later containers map them ({archive.final})"
+                f"({size:.0f} MiB): later containers and commands map them ({archive.final})"
             )
         elif code is not None:
             why = f"the JVM exited with {code}" if code else "the JVM wrote no archive"
