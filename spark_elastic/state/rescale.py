@@ -828,13 +828,17 @@ def _new_depths(
     depths = [min_depth(factor)] * plan.task_count
     for source, (bases, buckets), depth_of in sources:
         old_factor = source.plan.elasticity_factor
-        common = min(factor, old_factor)
         for key, depth in depth_of.items():
-            base, bucket = bases[key], buckets[key]
-            for new_bucket in range(bucket % common, factor, common):
-                task = base * factor + new_bucket
+            for task in _fed_tasks(bases[key], buckets[key], factor, old_factor):
                 depths[task] = max(depths[task], depth)
     return depths
+
+
+def _fed_tasks(base: int, bucket: int, factor: int, old_factor: int) -> range:
+    """The new tasks an old task's keys go to: those of its base whose bucket matches its own
+    modulo the smaller factor."""
+    common = min(factor, old_factor)
+    return range(base * factor + bucket % common, (base + 1) * factor, common)
 
 
 def _whole_keys(
@@ -849,19 +853,17 @@ def _whole_keys(
 
     A chunk at a depth of at least ``log2(factor)`` holds keys of one new
     task only; it moves whole when that task's depth is the chunk's. The new
-    tasks an old one feeds are those of its base whose bucket matches its own
-    modulo the smaller factor (as :func:`_new_depths` reads them). A task
-    without a layout (it never stored a key) is never whole, so its chunks,
-    if any, still go through :class:`_ChunkMover`.
+    tasks an old one feeds are :func:`_fed_tasks`. A task without a layout (it
+    never stored a key) is never whole, so its chunks, if any, still go
+    through :class:`_ChunkMover`.
     """
-    common = min(factor, old_factor)
     return {
         key
         for key, depth in depth_of.items()
         if depth >= min_depth(factor)
         and all(
-            depths[bases[key] * factor + bucket] == depth
-            for bucket in range(buckets[key] % common, factor, common)
+            depths[task] == depth
+            for task in _fed_tasks(bases[key], buckets[key], factor, old_factor)
         )
     }
 
