@@ -20,7 +20,8 @@ their variants (the first of a round rotates), medians reported.
    process after its SparkSession started (as a container that rescales its
    checkpoint and restarts its query would); against Spark's own offline
    repartition (4.2+, private, RocksDB only, cannot change the factor) of the
-   same checkpoint, in a fresh process too. ``--class-archive``: those fresh
+   same checkpoint, in a fresh process too; and the ``spark-elastic rescale``
+   command's split, start to exit, with its own JVM options. ``--class-archive``: those fresh
    processes map a class archive as containers do
    (:mod:`spark_elastic.runtime.container.class_archive`; the one that builds
    the state records it when the host has none); ``--c1``: they compile with C1
@@ -407,6 +408,7 @@ def rescale_benchmark(work: Path, keys: int) -> None:
     spark_copy = work / "spark-copy"
     shutil.copytree(source, spark_copy)
     spark_side = child(["_spark", str(spark_copy)])
+    command = _command_seconds(source, work / "state-f4-command", 4, cwd=work)
     rows = []
     for label, old, new, factor in (
         ("split 2 -> 4", source, work / "state-f4", 4),
@@ -429,6 +431,21 @@ def rescale_benchmark(work: Path, keys: int) -> None:
             f"{timed['first']:.1f} | {timed['offline'] + timed['first']:.1f} | "
             f"{timed['peak_mb']:,.0f} |"
         )
+    print(
+        f"| `spark-elastic rescale` split 2 -> 4, the whole command | {command:.1f} | - | - | - |"
+    )
+
+
+def _command_seconds(source: Path, target: Path, factor: int, cwd: Path) -> float:
+    """The ``spark-elastic rescale`` command, start to exit, as a user runs it (its own JVM
+    options). From ``cwd``: ``python -m`` puts the current directory first on the path."""
+    argv = [sys.executable, "-m", "spark_elastic", "rescale", "--from", str(source)]
+    argv += ["--to", str(target), "--elasticity-factor", str(factor)]
+    started = time.perf_counter()
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, check=False)
+    if result.returncode:
+        raise SystemExit(f"spark-elastic rescale failed:\n{result.stderr[-3000:]}")
+    return time.perf_counter() - started
 
 
 SECTIONS = ("steady", "large", "overhead", "rescale")
