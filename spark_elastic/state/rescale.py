@@ -650,7 +650,7 @@ def _write_seed_and_job(
             (keys[task_id], "held", None, None, data, None, None, *none5, clocks)
             for task_id, (data, clocks) in _seed_held(spark, plan, checkpoints, wanted).items()
         ]
-    spark.createDataFrame(rows, SEED_SCHEMA).write.mode("append").parquet(str(seed))
+    _local_rows(spark, rows, SEED_SCHEMA).write.mode("append").parquet(str(seed))
     write_job(target, job)
     return sum(counts.values())
 
@@ -693,7 +693,7 @@ def _seed_chunks(
         )
         sources.append((source, _old_tasks(source), depth_of))
     depths = _new_depths(plan, sources)
-    seed = spark.createDataFrame([], CHUNK_ROWS)
+    moves: list[DataFrame] = []
     for source, (bases, buckets), depth_of in sources:
         stored = read_state(spark, source.path, USER_STATE, source.batch.batch_id)
         if stored is None:
@@ -722,11 +722,42 @@ def _seed_chunks(
             moved = chunks.mapInPandas(move, CHUNK_ROWS)
         if len(wanted) < plan.task_count:
             moved = moved.filter(F.col("routing_key").isin(wanted_keys))
+        moves.append(moved)
+    seed = _no_chunks(spark) if not moves else moves[0]
+    for moved in moves[1:]:
         seed = seed.unionByName(moved)
     return _as_seed_rows(seed), depths
 
 
 CHUNK_ROWS = "routing_key int, chunk int, entries int, data binary"
+
+
+def _no_chunks(spark: SparkSession) -> DataFrame:
+    """No chunk rows, in :data:`CHUNK_ROWS`, planned in the JVM alone.
+
+    ``createDataFrame([], ...)`` is a Python RDD: writing it starts Python
+    workers (a daemon and one per core) though it has no row.
+    """
+    columns = [c.split() for c in CHUNK_ROWS.split(", ")]
+    return spark.range(0).selectExpr(*(f"CAST(NULL AS {kind}) AS {name}" for name, kind in columns))
+
+
+def _local_rows(spark: SparkSession, rows: list[tuple[Any, ...]], schema: str) -> DataFrame:
+    """A few driver-side ``rows`` as a DataFrame of ``schema`` that runs in the JVM alone.
+
+    Through Arrow: a list given to ``createDataFrame`` becomes a Python RDD,
+    which starts Python workers to be read (a rescale whose chunks all move
+    in SQL would start them for these rows only).
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    struct = spark.createDataFrame([], schema).schema
+    names = struct.fieldNames()
+    table = pa.Table.from_pylist(
+        [dict(zip(names, row, strict=True)) for row in rows], schema=to_arrow_schema(struct)
+    )
+    return spark.createDataFrame(table, struct)
 
 
 def _old_tasks(source: SourceCheckpoint) -> tuple[dict[int, int], dict[int, int]]:
@@ -994,9 +1025,7 @@ def _chunked_keys(
         )
         rows = keyed if rows is None else rows.unionByName(keyed)
     if rows is None:
-        return _as_seed_rows(spark.createDataFrame([], CHUNK_ROWS)), [min_depth(factor)] * len(
-            new_keys
-        )
+        return _as_seed_rows(_no_chunks(spark)), [min_depth(factor)] * len(new_keys)
     if len(wanted) < plan.task_count:
         rows = rows.filter(F.col("task").isin(list(wanted)))
     rows = rows.localCheckpoint()

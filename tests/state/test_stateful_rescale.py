@@ -36,7 +36,9 @@ from spark_elastic.state.rescale import (
     CHUNK_ROWS,
     _check_unchanged,
     _ChunkMover,
+    _local_rows,
     _moved_whole,
+    _no_chunks,
     _whole_keys,
     stopped_source,
 )
@@ -215,6 +217,37 @@ def test_a_chunk_of_a_task_the_plan_does_not_have_fails_the_move_rather_than_los
     moved = _moved_whole(spark.createDataFrame(stray, CHUNK_ROWS), OLD_BASES, 4, NEW_KEYS)
     with pytest.raises(Exception, match="routing key 999, which is no task"):
         moved.collect()
+
+
+def python_scans(df: DataFrame) -> list[str]:
+    """The scans of ``df``'s physical plan that Python workers would have to feed."""
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return [line for line in plan.splitlines() if "ExistingRDD" in line or "Python" in line]
+
+
+def test_a_seeds_own_rows_are_the_rows_given_and_need_no_python_worker(
+    spark: SparkSession,
+) -> None:
+    # A rescale whose chunks all move in SQL runs no Python: its layout, checkpoint and held
+    # rows, and a seed with no chunk at all, are planned in the JVM (a Python RDD, which
+    # `createDataFrame(list)` makes, would start Python workers to be read).
+    rows = [
+        (3, "layout", None, None, None, 9, 250_000, None, None, None, None, None, None),
+        (3, "checkpoint", None, None, None, None, None, "events", 1, 3, 4, 2**40, None),
+        (5, "held", None, None, b"\x00held\xff", None, None, None, None, None, None, None, "{}"),
+    ]
+    schema = (
+        "routing_key int, kind string, chunk int, entries int, data binary, depth int, "
+        "keys long, stream string, partition int, key_bucket int, factor int, "
+        "next_offset long, clocks string"
+    )
+    given = _local_rows(spark, rows, schema)
+    assert python_scans(given) == []
+    assert_df_equality(given, spark.createDataFrame(rows, schema), ignore_nullable=True)
+    none = _no_chunks(spark)
+    assert python_scans(none) == []
+    assert none.collect() == []
+    assert none.schema.simpleString() == spark.createDataFrame([], CHUNK_ROWS).schema.simpleString()
 
 
 @pytest.mark.long  # `make test-all`; `make test` runs the 1-2-4-2-1 rescale
