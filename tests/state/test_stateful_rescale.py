@@ -31,7 +31,7 @@ from spark_elastic import (
     with_task_state,
 )
 from spark_elastic.errors import ArgumentError, CheckpointError
-from spark_elastic.state.checkpoint_dir import OwnerLock
+from spark_elastic.state.checkpoint_dir import SEED_SCHEMA, OwnerLock
 from spark_elastic.state.rescale import (
     CHUNK_ROWS,
     _check_unchanged,
@@ -236,14 +236,11 @@ def test_a_seeds_own_rows_are_the_rows_given_and_need_no_python_worker(
         (3, "checkpoint", None, None, None, None, None, "events", 1, 3, 4, 2**40, None),
         (5, "held", None, None, b"\x00held\xff", None, None, None, None, None, None, None, "{}"),
     ]
-    schema = (
-        "routing_key int, kind string, chunk int, entries int, data binary, depth int, "
-        "keys long, stream string, partition int, key_bucket int, factor int, "
-        "next_offset long, clocks string"
-    )
-    given = _local_rows(spark, rows, schema)
+    given = _local_rows(spark, rows, SEED_SCHEMA)
     assert python_scans(given) == []
-    assert_df_equality(given, spark.createDataFrame(rows, schema), ignore_nullable=True)
+    listed = spark.createDataFrame(rows, SEED_SCHEMA)
+    assert python_scans(listed), "a list's DataFrame is a Python RDD (what this spec rules out)"
+    assert_df_equality(given, listed, ignore_nullable=True)
     none = _no_chunks(spark)
     assert python_scans(none) == []
     assert none.collect() == []
@@ -554,7 +551,7 @@ def test_a_lock_this_process_is_releasing_is_not_taken_for_another_process_s(
 
 
 LOCK_HOLDER = (
-    "import sys; from spark_elastic.state.checkpoint_dir import OwnerLock; "
+    "import sys; from spark_elastic.state.checkpoint_dir import SEED_SCHEMA, OwnerLock; "
     "OwnerLock.acquire(sys.argv[1]); print('locked', flush=True); sys.stdin.read()"
 )
 
