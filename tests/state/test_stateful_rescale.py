@@ -551,7 +551,7 @@ def test_a_lock_this_process_is_releasing_is_not_taken_for_another_process_s(
 
 
 LOCK_HOLDER = (
-    "import sys; from spark_elastic.state.checkpoint_dir import SEED_SCHEMA, OwnerLock; "
+    "import sys; from spark_elastic.state.checkpoint_dir import OwnerLock; "
     "OwnerLock.acquire(sys.argv[1]); print('locked', flush=True); sys.stdin.read()"
 )
 
