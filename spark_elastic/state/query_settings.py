@@ -25,12 +25,17 @@ is the NameNode's own atomic step. One on S3 gets the project's
 ``ConditionalPutCheckpointFileManager`` (java/): S3 renames by copying after
 a separate existence check, so two drivers could both publish one batch's
 offsets; it writes each file in place, and a create that must not overwrite
-is a conditional put (``If-None-Match: *``) that only one writer wins. Both
-get RocksDB's changelog checkpointing (unless the session says otherwise):
-each batch uploads the changes it made, not a new snapshot, so batches
-there ran at 0.75-0.78x the local disk's time (0.92-0.96x before S3 had its
-manager) and a fork copied a third of the bytes
-(``benchmarks/bench_checkpoint_storage.py``).
+is a conditional put (``If-None-Match: *``) that only one writer wins.
+
+Every stateful query gets RocksDB's changelog checkpointing (unless the
+session says otherwise): each batch writes the changes it made, not a new
+snapshot. On HDFS and S3 batches ran at 0.75-0.78x the time they took
+without it and a fork copied a third of the bytes
+(``benchmarks/bench_checkpoint_storage.py``). On the local disk a batch no
+longer zips and uploads a snapshot of every state partition: the processes a
+micro-batch starts (Hadoop's ``chmod`` of each new file, ``rm -rf`` of each
+committed snapshot's directory) fell from 16 to 9, its threads and
+processes from 43 to 31 (docs/benchmarks.md, "Processes per batch").
 
 So the settings travel with the query's plan: ``with_task_state`` records its
 state partition count as the ``state_partitions`` metric of its ``spark_elastic``
@@ -120,7 +125,8 @@ def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
     dict[str, str]
         Empty for a plan without spark-elastic state; else the shuffle
         partitions, the state store provider and, unless the session names
-        one, the ``FileSystem``-based checkpoint file manager.
+        them, the ``FileSystem``-based checkpoint file manager and RocksDB's
+        changelog checkpointing.
 
     Raises
     ------
@@ -163,6 +169,9 @@ def query_settings(df: DataFrame, observation: str) -> dict[str, str]:
     manager = _file_system_manager(df.sparkSession)
     if manager is not None and not df.sparkSession.conf.get(CHECKPOINT_MANAGER_KEY, None):
         settings[CHECKPOINT_MANAGER_KEY] = manager
+    if df.sparkSession.conf.get(CHANGELOG_KEY, None) is None:
+        # Each batch writes its changes, not a new RocksDB snapshot of them.
+        settings[CHANGELOG_KEY] = "true"
     return settings
 
 
@@ -262,9 +271,6 @@ def _with_query_settings(original: Callable[..., Any], observation: str) -> Call
                     CHECKPOINT_MANAGER_KEY, None
                 ):
                     settings[CHECKPOINT_MANAGER_KEY] = _s3a_manager(self._spark, location)
-                if self._spark.conf.get(CHANGELOG_KEY, None) is None:
-                    # Each batch uploads its changes, not a new RocksDB snapshot of them.
-                    settings[CHANGELOG_KEY] = "true"
             with session_settings(self._spark, settings):
                 return original(self, *args, **kwargs)
 

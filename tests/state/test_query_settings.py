@@ -20,7 +20,7 @@ from spark_elastic import LOG_SOURCE_FORMAT, EmbeddedLog, register_log_source, w
 from spark_elastic.errors import CheckpointError
 from spark_elastic.state import holdback, processor
 from spark_elastic.state.checkpoint_dir import last_batch
-from spark_elastic.state.query_settings import query_settings
+from spark_elastic.state.query_settings import CHANGELOG_KEY, query_settings
 
 pytestmark = pytest.mark.slow
 
@@ -196,25 +196,42 @@ def manager_of(query: StreamingQuery) -> str | None:
     return str(session.conf().get(MANAGER, None)) if session.conf().contains(MANAGER) else None
 
 
-def test_a_stateful_query_checkpoints_through_the_file_system_manager_unless_told_another(
+def test_a_stateful_query_checkpoints_changelogs_through_the_file_system_manager_unless_told(
     spark: SparkSession, tmp_path: Path, log: EmbeddedLog
 ) -> None:
     # Spark's default (FileContext) starts a readlink process per file it renames on a local
     # disk without Hadoop's native library (query_settings): the RocksDB store renames
-    # several per state partition and batch.
-    produce(log, random.Random(5), 20)
+    # several per state partition and batch. A snapshot per state partition and batch
+    # starts more (chmod of each file, rm -rf of its directory): a batch writes its
+    # changes instead.
+    rng = random.Random(5)
     assert not spark.conf.get(MANAGER, None)
+    assert spark.conf.get(CHANGELOG_KEY, None) is None
     out = stateful(spark, log, "m", tmp_path / "cp", 1)
-    query = (
-        out.writeStream.format("noop")  # type: ignore[attr-defined]
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    for _ in range(2):  # two batches: RocksDB snapshots a store's first version
+        produce(log, rng, 20)
+        query = (
+            out.writeStream.format("noop")  # type: ignore[attr-defined]
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
     assert (manager_of(query) or "").endswith(".FileSystemBasedCheckpointFileManager")
     assert not spark.conf.get(MANAGER, None)  # the session as it was
-    assert sum(counts(spark, tmp_path / "cp").values()) == 20
+    assert spark.conf.get(CHANGELOG_KEY, None) is None
+    assert sum(counts(spark, tmp_path / "cp").values()) == 40
+    state = {p.name for p in (tmp_path / "cp" / "state").rglob("*") if p.is_file()}
+    assert "2.changelog" in state, sorted(state)
+    assert not any(n.startswith(("2.", "2_")) and n.endswith(".zip") for n in state), state
+
+    # A session that says whether to checkpoint changelogs keeps its choice.
+    spark.conf.set(CHANGELOG_KEY, "false")
+    try:
+        assert CHANGELOG_KEY not in query_settings(out, "spark_elastic")  # type: ignore[arg-type]
+    finally:
+        spark.conf.unset(CHANGELOG_KEY)
+    assert query_settings(out, "spark_elastic")[CHANGELOG_KEY] == "true"  # type: ignore[arg-type]
 
     # A session that names a manager keeps it for its stateful queries too.
     spark.conf.set(MANAGER, FILE_CONTEXT_MANAGER)
