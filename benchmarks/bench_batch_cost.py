@@ -20,6 +20,9 @@ SparkSession on ``--master``. Variants, alternating within a round:
 - ``per key``: the default state partitions, the per-key ``TaskProcessor``
   (``task.get``/``task.put`` per record);
 - ``vectorized``: the default state partitions, a ``BatchProcessor``;
+- ``vectorized, snapshots``: the same with RocksDB's changelog checkpointing
+  off (the session says so), as the local disk ran before session 48: each
+  batch uploads a snapshot of every state partition;
 - ``Spark groupBy count``: what Spark does alone, ``groupBy("key").count()``
   of every record (update mode, RocksDB, 2 state partitions): the floor of a
   stateful micro-batch here, whatever the factor.
@@ -47,7 +50,14 @@ from bench_checkpoint_files import last_pid, machine_cpu_s
 from bench_stateful import TOPIC, counter_processor, events, vectorized_processor
 
 TOPIC_PARTITIONS = 4
-VARIANTS = ("one store per task", "per key", "vectorized", "Spark groupBy count")
+VARIANTS = (
+    "one store per task",
+    "per key",
+    "vectorized",
+    "Spark groupBy count",
+    "vectorized, snapshots",
+)
+CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
 def step_seconds(query: Any, after: int) -> tuple[float, int, int]:
@@ -116,7 +126,8 @@ def one(
     if variant == VARIANTS[3]:
         out, mode = source.groupBy("key").count(), "update"
     else:
-        processor = vectorized_processor() if variant == "vectorized" else counter_processor()
+        vectorized = variant.startswith("vectorized")
+        processor = vectorized_processor() if vectorized else counter_processor()
         out, mode = (
             source.transform(
                 with_task_state(
@@ -132,13 +143,18 @@ def one(
             "append",
         )
     spark.conf.set("spark.sql.shuffle.partitions", "2")  # the native query's; ours set their own
-    query = (
-        out.writeStream.format("noop")
-        .outputMode(mode)
-        .option("checkpointLocation", str(root / "cp"))
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
+    if variant == VARIANTS[4]:
+        spark.conf.set(CHANGELOG_KEY, "false")  # copied by the query at its start
+    try:
+        query = (
+            out.writeStream.format("noop")
+            .outputMode(mode)
+            .option("checkpointLocation", str(root / "cp"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+    finally:
+        spark.conf.unset(CHANGELOG_KEY)
     try:
         figures = timed_steps(query, log, records, batches)
         partitions = query.lastProgress["stateOperators"][0]["numShufflePartitions"]

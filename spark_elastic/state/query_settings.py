@@ -29,13 +29,15 @@ is a conditional put (``If-None-Match: *``) that only one writer wins.
 
 Every stateful query gets RocksDB's changelog checkpointing (unless the
 session says otherwise): each batch writes the changes it made, not a new
-snapshot. On HDFS and S3 batches ran at 0.75-0.78x the time they took
-without it and a fork copied a third of the bytes
+snapshot. On HDFS and S3 batches ran at 0.75-0.78x the local disk's time
+(1.02-1.10x without it) and a fork copied a third of the bytes
 (``benchmarks/bench_checkpoint_storage.py``). On the local disk a batch no
 longer zips and uploads a snapshot of every state partition: the processes a
 micro-batch starts (Hadoop's ``chmod`` of each new file, ``rm -rf`` of each
 committed snapshot's directory) fell from 16 to 9, its threads and
-processes from 43 to 31 (docs/benchmarks.md, "Processes per batch").
+processes from 43 to 31, and a batch used 7-11% less CPU
+(docs/benchmarks.md, "Checkpoint files: a stateful batch's cost per state
+partition").
 
 So the settings travel with the query's plan: ``with_task_state`` records its
 state partition count as the ``state_partitions`` metric of its ``spark_elastic``
