@@ -242,6 +242,33 @@ def test_a_stateful_query_checkpoints_changelogs_through_the_file_system_manager
     assert query_settings(out, "spark_elastic")[MANAGER] == manager_of(query)  # type: ignore[arg-type]
 
 
+def test_a_checkpoint_written_with_snapshots_goes_on_with_changelogs_exactly(
+    spark: SparkSession, tmp_path: Path, log: EmbeddedLog
+) -> None:
+    # Checkpoints written before changelogs were the local disk's default: their next
+    # batch loads the last snapshot and writes its changes from there.
+    rng = random.Random(6)
+    out = stateful(spark, log, "u", tmp_path / "cp", 1)
+    for changelogs in (False, True):
+        produce(log, rng, 25)
+        if not changelogs:
+            spark.conf.set(CHANGELOG_KEY, "false")
+        try:
+            query = (
+                out.writeStream.format("noop")  # type: ignore[attr-defined]
+                .option("checkpointLocation", str(tmp_path / "cp"))
+                .trigger(availableNow=True)
+                .start()
+            )
+        finally:
+            spark.conf.unset(CHANGELOG_KEY)
+        query.awaitTermination()
+        state = {p.name for p in (tmp_path / "cp" / "state").rglob("*") if p.is_file()}
+        assert ("1.changelog" in state) is False, sorted(state)
+        assert ("2.changelog" in state) is changelogs, sorted(state)
+    assert sum(counts(spark, tmp_path / "cp").values()) == 50
+
+
 def test_a_query_started_around_the_hook_runs_exactly_on_the_sessions_count_and_keeps_it(
     spark: SparkSession, tmp_path: Path, log: EmbeddedLog, session_partitions: str
 ) -> None:
