@@ -97,6 +97,23 @@ def counts(spark: SparkSession, cp: Path) -> dict[str, int]:
     return {r.key: r["count"] for r in final_state(spark, cp).collect()}
 
 
+def run_available(out: object, cp: Path) -> StreamingQuery:
+    """Start ``out`` into the noop sink on ``cp``, run what is there, and return it ended."""
+    query = (
+        out.writeStream.format("noop")  # type: ignore[attr-defined]
+        .option("checkpointLocation", str(cp))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return query
+
+
+def state_files(cp: Path) -> set[str]:
+    """The names of every file under the checkpoint's state directory."""
+    return {p.name for p in (cp / "state").rglob("*") if p.is_file()}
+
+
 @pytest.mark.long  # `make test-all`, for the suite's time
 def test_two_stateful_jobs_with_factors_2_and_4_run_side_by_side_and_restart(
     spark: SparkSession, tmp_path: Path, log: EmbeddedLog, session_partitions: str
@@ -210,18 +227,12 @@ def test_a_stateful_query_checkpoints_changelogs_through_the_file_system_manager
     out = stateful(spark, log, "m", tmp_path / "cp", 1)
     for _ in range(2):  # two batches: RocksDB snapshots a store's first version
         produce(log, rng, 20)
-        query = (
-            out.writeStream.format("noop")  # type: ignore[attr-defined]
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
+        query = run_available(out, tmp_path / "cp")
     assert (manager_of(query) or "").endswith(".FileSystemBasedCheckpointFileManager")
     assert not spark.conf.get(MANAGER, None)  # the session as it was
     assert spark.conf.get(CHANGELOG_KEY, None) is None
     assert sum(counts(spark, tmp_path / "cp").values()) == 40
-    state = {p.name for p in (tmp_path / "cp" / "state").rglob("*") if p.is_file()}
+    state = state_files(tmp_path / "cp")
     assert "2.changelog" in state, sorted(state)
     assert not any(n.startswith(("2.", "2_")) and n.endswith(".zip") for n in state), state
 
@@ -254,16 +265,10 @@ def test_a_checkpoint_written_with_snapshots_goes_on_with_changelogs_exactly(
         if not changelogs:
             spark.conf.set(CHANGELOG_KEY, "false")
         try:
-            query = (
-                out.writeStream.format("noop")  # type: ignore[attr-defined]
-                .option("checkpointLocation", str(tmp_path / "cp"))
-                .trigger(availableNow=True)
-                .start()
-            )
+            run_available(out, tmp_path / "cp")  # the query copies the session's settings
         finally:
             spark.conf.unset(CHANGELOG_KEY)
-        query.awaitTermination()
-        state = {p.name for p in (tmp_path / "cp" / "state").rglob("*") if p.is_file()}
+        state = state_files(tmp_path / "cp")
         assert ("1.changelog" in state) is False, sorted(state)
         assert ("2.changelog" in state) is changelogs, sorted(state)
     assert sum(counts(spark, tmp_path / "cp").values()) == 50
