@@ -27,12 +27,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers: one runs the end-to-end stories in turn, the other every other file, a file
-# at a time (conftest.py deals them). `make test` is what CI runs: every spec but those
-# marked `long` (stories proven again on a second input, further cases of a spec it runs),
-# about 20 minutes on 2 cores (its limit is 15: docs/development.md, "Two tiers"); `make test-all`
-# runs those too (about 90 minutes).
-PYTEST := PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+# Three workers on the 2 cores: one runs the heavy end-to-end stories in turn, one the lighter
+# stories beside them, and every worker then takes the other files, a file at a time
+# (conftest.py deals them); the stories wait on their containers, so a third worker fills
+# what would be idle (docs/development.md, "How the suite runs"). `make test` is what CI
+# runs: every spec but those marked `long` (stories proven again on a second input, further
+# cases of a spec it runs), about 17 minutes on 2 cores (its limit is 15: docs/development.md,
+# "Two tiers"); `make test-all` runs those too (about 90 minutes).
+PYTEST := PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # What the specs need, made side by side once the venv is there: the linters and mypy read,
 # mvn fetches, javac and the class-data archive run Java (a fresh clone's setup is CPU-bound

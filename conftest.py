@@ -40,10 +40,11 @@ os.environ.pop("SPARK_CONF_DIR", None)  # on the class path, it would void the a
 
 # The end-to-end specs: real coordinators and containers, several Spark applications each,
 # as two units of work (``file`` or ``file::test-name prefix``). One worker runs the first
-# unit's stories in turn; the other runs the second unit's lighter stories (one to three
-# containers at a time, or a short story) beside them, then every other file. `make test`
-# runs one story of each unit (the stateful story on Kafka, the operable story); the others
-# are marked `long` (`make test-all`).
+# unit's stories in turn; another runs the second unit's lighter stories (one to three
+# containers at a time, or a short story) beside them, and every worker then takes the other
+# files (`make test` runs three workers). `make test` runs a few stories of each unit (the
+# stateful story on Kafka and the fault test's short schedule; the operable story and one
+# on HDFS); the others are marked `long` (`make test-all`).
 STORIES = {
     "end-to-end": (
         "test_kafka_faults.py::test_a_short_schedule",
@@ -113,7 +114,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 _BUSY: dict[str, list[float]] = {}
 """Seconds in specs (setup, call, teardown) and specs run, per xdist worker: the balance of
-the two workers, which decides the suite's time (the stories' worker has been the longer)."""
+the workers, which decides the suite's time (the stories' worker has been the longer)."""
 
 
 _FILES: dict[str, float] = {}

@@ -1,11 +1,12 @@
 """A stateful job from Kafka to Kafka, and a stateless one, through what a running job meets
 on a real broker.
 
-`make test`'s story: a paused container fenced, growth 4 -> 8, a live scale, a
-live split, the consumer group's lag, and a broker crash. `make test-all` adds
-a coordinator restart, a killed container failed over and a merge (proven in
-`make test` on the embedded log: ``test_job_operable.py``, the in-process
-specs), and the stateless job's story. The click-count job
+`make test`'s story: a paused container fenced, a live scale, a live split and
+the consumer group's lag. `make test-all` adds a coordinator restart, a killed
+container failed over, the topic's growth 4 -> 8, a merge and a broker crash
+(proven in `make test` elsewhere: ``test_job_operable.py``, the fault test's
+schedules, ``test_kafka_outage.py``, ``test_kafka_sink.py``, the in-process
+specs), the broker away 75 s, and the stateless job's story. The click-count job
 (``examples/jobs/click_counts.py`` with ``CLICKS_KAFKA`` and ``CLICKS_OUT_TOPIC``)
 reads a topic of the session's broker
 (the ``kafka`` fixture: Kafka 4, KRaft, on 127.0.0.1) through Spark's Kafka
@@ -74,7 +75,7 @@ def clicks(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_broker_crash(
+def test_a_stateful_job_on_kafka_fences_a_zombie_and_scales_and_splits_live_exactly(
     kafka: kafka_jvm.KafkaBroker,
     start_job: Callable[..., RunningJob],
     monkeypatch: pytest.MonkeyPatch,
@@ -97,20 +98,6 @@ def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_brok
             os.kill(zombie_pid, signal.SIGCONT)
     wait_until("the fenced container to exit", lambda: not alive(zombie_pid), timeout=60)
     assert zombie in json.dumps(job.status().get("events", []))
-    wait_until(
-        "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
-    )
-
-    # The topic grows 4 -> 8 through CreatePartitions, with a backlog in the old partitions:
-    # the old partitions drain to what they held before anything in the new ones is read.
-    records.produce(4000)
-    grow(kafka.bootstrap, 8)
-    records.produce(2000)
-    wait_until(
-        "the job model grown to 8 partitions",
-        lambda: job.job_model()["partitions"] == {TOPIC: 8},
-        timeout=240,
-    )
     wait_until(
         "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
     )
@@ -150,35 +137,16 @@ def test_a_stateful_job_on_kafka_fences_grows_scales_splits_and_rides_out_a_brok
     ways = job.takeovers()
     assert {ways.get(c) for c in warmed} == {"replay"}, ways
 
-    # The broker crashes (SIGKILL) and comes back on its port with its files, while the job
-    # runs: the status page says the input was lost and is back, and once records flow
-    # again nothing is lost or applied twice.
-    def said(detail: str) -> Callable[[], bool]:
-        return lambda: any(
-            e["kind"] == "partitions" and detail in e["detail"] for e in job.status()["events"]
-        )
-
-    kafka.kill()
-    try:
-        wait_until("the input's loss on the status page", said("check failed: InputError"), 60)
-    finally:
-        kafka.restart()  # the session's broker: later specs of this worker use it
-    records.produce(1000)
-    wait_until(
-        "every record applied", all_published(kafka.bootstrap, records.total), APPLY_DEADLINE_S
-    )
-    wait_until("the input's return on the status page", said("the input answers again"), 60)
-    expected = key_ordered_counts(records_on(kafka.bootstrap, TOPIC, records.total), planned=4)
-    assert published_rows(kafka.bootstrap) == expected
-
 
 AGAIN, AGAIN_OUT = "clicks-again", "click-counts-again"  # the long story's topics
 
 
-# Long (`make test-all`): what the embedded log's stories and the operable story prove in
-# `make test` (a coordinator restart, a failover, a merge), here on Kafka.
+# Long (`make test-all`): on Kafka, what `make test` proves elsewhere: a coordinator restart,
+# a failover and a merge (the operable story, the in-process specs), the topic's growth (the
+# fault test's schedules, test_kafka_input.py) and a broker crash (test_kafka_outage.py,
+# test_kafka_sink.py, the fault test's schedules).
 @pytest.mark.long
-def test_a_stateful_job_on_kafka_survives_a_coordinator_restart_a_kill_a_split_and_a_merge(
+def test_a_stateful_job_on_kafka_survives_a_restart_a_kill_growth_a_split_a_merge_and_a_crash(
     kafka: kafka_jvm.KafkaBroker,
     start_job: Callable[..., RunningJob],
     clicks: Path,
@@ -217,6 +185,18 @@ def test_a_stateful_job_on_kafka_survives_a_coordinator_restart_a_kill_a_split_a
     )
     wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
 
+    # The topic grows 4 -> 8 through CreatePartitions, with a backlog in the old partitions:
+    # the old partitions drain to what they held before anything in the new ones is read.
+    records.produce(4000)
+    grow(kafka.bootstrap, 8, AGAIN)
+    records.produce(2000)
+    wait_until(
+        "the job model grown to 8 partitions",
+        lambda: job.job_model()["partitions"] == {AGAIN: 8},
+        timeout=240,
+    )
+    wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
+
     # A live split, factor 2 -> 4, then a merge back to 2, each while records arrive: each
     # new group warms up by replaying, its state split or merged from its old owners'.
     warmed: set[str] = set()
@@ -224,11 +204,27 @@ def test_a_stateful_job_on_kafka_survives_a_coordinator_restart_a_kill_a_split_a
         warmed |= change_factor(job, factor, lambda: records.produce(1000))
         records.produce(1000)
     wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
-
-    expected = key_ordered_counts(records_on(kafka.bootstrap, AGAIN, records.total), planned=4)
-    assert published_rows(kafka.bootstrap, AGAIN_OUT) == expected
     ways = job.takeovers()
     assert {ways.get(c) for c in warmed} == {"replay"}, ways
+
+    # The broker crashes (SIGKILL) and comes back on its port with its files, while the job
+    # runs: the status page says the input was lost and is back, and once records flow
+    # again nothing is lost or applied twice.
+    def said(detail: str) -> Callable[[], bool]:
+        return lambda: any(
+            e["kind"] == "partitions" and detail in e["detail"] for e in job.status()["events"]
+        )
+
+    kafka.kill()
+    try:
+        wait_until("the input's loss on the status page", said("check failed: InputError"), 60)
+    finally:
+        kafka.restart()  # the session's broker: later specs of this worker use it
+    records.produce(1000)
+    wait_until("every record applied", records.applied(AGAIN_OUT), APPLY_DEADLINE_S)
+    wait_until("the input's return on the status page", said("the input answers again"), 60)
+    expected = key_ordered_counts(records_on(kafka.bootstrap, AGAIN, records.total), planned=4)
+    assert published_rows(kafka.bootstrap, AGAIN_OUT) == expected
 
 
 AWAY, AWAY_OUT = "clicks-away", "click-counts-away"  # the long outage's topics
