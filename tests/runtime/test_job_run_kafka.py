@@ -119,7 +119,7 @@ def test_a_stateful_job_on_kafka_fences_a_zombie_and_scales_and_splits_live_exac
 
     # A live split, factor 2 -> 4, while records arrive: each new group warms up by
     # replaying, its state split from its old owners'. (The merge back, on Kafka, is
-    # `make test-all`'s: test_a_stateful_job_on_kafka_survives_a_coordinator_restart_...)
+    # `make test-all`'s: test_a_stateful_job_on_kafka_survives_a_restart_a_kill_growth_...)
     warmed |= change_factor(job, 4, lambda: records.produce(1000))
     records.produce(1000)
     wait_until(
@@ -142,9 +142,9 @@ AGAIN, AGAIN_OUT = "clicks-again", "click-counts-again"  # the long story's topi
 
 
 # Long (`make test-all`): on Kafka, what `make test` proves elsewhere: a coordinator restart,
-# a failover and a merge (the operable story, the in-process specs), the topic's growth (the
-# fault test's schedules, test_kafka_input.py) and a broker crash (test_kafka_outage.py,
-# test_kafka_sink.py, the fault test's schedules).
+# a failover and a merge (the operable story, the in-process specs), the topic's growth
+# (test_kafka_broker.py, test_kafka_source.py, the fault test's schedules) and a broker crash
+# (test_kafka_outage.py, test_kafka_sink.py, the fault test's schedules).
 @pytest.mark.long
 def test_a_stateful_job_on_kafka_survives_a_restart_a_kill_growth_a_split_a_merge_and_a_crash(
     kafka: kafka_jvm.KafkaBroker,
