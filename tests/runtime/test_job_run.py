@@ -42,8 +42,10 @@ from standins import alive
 
 from spark_elastic import EmbeddedLog
 
-# Long (`make test-all`): the same changes as the stateful story on Kafka
-# (test_job_run_kafka.py), which `make test` runs.
+# Long (`make test-all`): the same changes as the stateful stories on Kafka
+# (test_job_run_kafka.py: `make test` runs the fence, the live scale and the split; the
+# growth, restart, failover and crash are its long story's, proven in `make test` as its
+# docstring says).
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
