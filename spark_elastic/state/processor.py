@@ -639,7 +639,8 @@ class _ElasticProcessor:
         bootstrap_done: Shipped | None = None,
         crossing: Crossing | None = None,
     ) -> None:
-        self.user = user
+        self._user: TaskProcessor | None = user
+        self._user_pickled: bytes | None = None
         self.crossing = crossing or Crossing()
         self.fences = fences
         self.order, self.timestamp = order
@@ -666,6 +667,40 @@ class _ElasticProcessor:
         # pyspark's client to the state server, to write a seed in close() under its task's
         # key; without it (another pyspark), each seed is written as it comes.
         self._client: Any = None
+
+    # -- Pickling: the user's processor is loaded where it runs, not where Spark plans ----------
+
+    @property
+    def user(self) -> TaskProcessor:
+        """The user's processor, unpickled on first use in a Python worker.
+
+        Runs on executors (and on the driver before pickling); once a process.
+        """
+        if self._user is None:
+            # Bytes of cloudpickle's: plain pickle reads them, as pyspark's worker does.
+            import pickle
+
+            self._user = pickle.loads(self._user_pickled)  # type: ignore[arg-type]
+            self._user_pickled = None
+        return self._user
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled on the driver at every query start; what must be picklable: the user's
+        processor (by cloudpickle, as Spark would) and the routing table.
+
+        The user's processor crosses as bytes of its own. To plan a query's first batch,
+        Spark starts a fresh Python process on the driver that unpickles this object only
+        to call ``init`` (which registers the state variables and never calls the user's
+        code): unpickling the user's processor there imports whatever its code refers to
+        (pandas alone is 0.4-0.5 s), on every start of every stateful query.
+        """
+        from pyspark import cloudpickle
+
+        state = dict(self.__dict__)
+        if self._user is not None:
+            state["_user_pickled"] = cloudpickle.dumps(self._user)
+        state["_user"] = None
+        return state
 
     # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
 

@@ -15,6 +15,7 @@ as the partition closes.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -607,3 +608,40 @@ def test_a_deferred_seed_is_written_once_by_its_step_with_the_step_s_changes() -
     list(step.handleInputRows((5,), iter([records]), None))
     assert (store.writes, store.reads) == (1, 0)
     assert {k: v for k, (_, v) in decode(store.values[(1,)][1]).items()} == {b"k": (6,)}
+
+
+_UNPICKLED: list[str] = []
+
+
+def _load_counting_processor() -> Any:
+    _UNPICKLED.append("user")
+    return _CountingProcessor()
+
+
+class _CountingProcessor:
+    """A user's processor whose unpickling is seen (as importing its code would be)."""
+
+    def process(self, state: Any, rows: Any) -> Any:
+        return rows
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _load_counting_processor, ()
+
+
+def test_the_users_processor_is_unpickled_where_it_first_runs_not_where_spark_plans() -> None:
+    # Spark plans a query's first batch in a fresh Python process on the driver that
+    # unpickles the stateful processor only to call init(): the user's code (and what it
+    # imports, pandas among it) must not load there.
+    from pyspark import cloudpickle
+
+    from spark_elastic.state.processor import _ElasticProcessor
+
+    step = _ElasticProcessor(_CountingProcessor(), {}, 4, "n long", (), ("n",))  # type: ignore[arg-type]
+    _UNPICKLED.clear()
+    shipped = pickle.loads(cloudpickle.dumps(step))
+    assert _UNPICKLED == []
+    assert isinstance(shipped.user, _CountingProcessor)
+    assert _UNPICKLED == ["user"]
+    shipped.user.process(None, None)
+    assert _UNPICKLED == ["user"], "loaded once per process"
+    assert isinstance(step.user, _CountingProcessor), "the driver's own copy is untouched"
