@@ -639,8 +639,7 @@ class _ElasticProcessor:
         bootstrap_done: Shipped | None = None,
         crossing: Crossing | None = None,
     ) -> None:
-        self._user: TaskProcessor | None = user
-        self._user_pickled: bytes | None = None
+        self.user = user
         self.crossing = crossing or Crossing()
         self.fences = fences
         self.order, self.timestamp = order
@@ -668,57 +667,38 @@ class _ElasticProcessor:
         # key; without it (another pyspark), each seed is written as it comes.
         self._client: Any = None
 
-    # -- Pickling: the user's processor is loaded where it runs, not where Spark plans ----------
-
-    @property
-    def user(self) -> TaskProcessor:
-        """The user's processor, unpickled on first use in a Python worker.
-
-        Runs on executors (and on the driver before pickling); once a process.
-        """
-        if self._user is None:
-            # Bytes of cloudpickle's: plain pickle reads them, as pyspark's worker does.
-            import pickle
-
-            self._user = pickle.loads(self._user_pickled)  # type: ignore[arg-type]
-            self._user_pickled = None
-        return self._user
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled on the driver at every query start; what must be picklable: the user's
-        processor (by cloudpickle, as Spark would) and the routing table.
-
-        The user's processor crosses as bytes of its own. To plan a query's first batch,
-        Spark starts a fresh Python process on the driver that unpickles this object only
-        to call ``init`` (which registers the state variables and never calls the user's
-        code): unpickling the user's processor there imports whatever its code refers to
-        (pandas alone is 0.4-0.5 s), on every start of every stateful query.
-        """
-        from pyspark import cloudpickle
-
-        state = dict(self.__dict__)
-        if self._user is not None:
-            state["_user_pickled"] = cloudpickle.dumps(self._user)
-        state["_user"] = None
-        return state
-
     # -- Spark hooks (names fixed by StatefulProcessor) -----------------------------------------
 
-    def init(self, handle: Any) -> None:
+    def state_variables(self) -> tuple[tuple[str, str, tuple[Any, ...]], ...]:
+        """The state variables ``init`` is given: (``"map"`` or ``"value"``, name, schemas).
+
+        Runs on the driver, once a query is built; the schemas are pyspark ``StructType``s.
+        """
+        variables: list[tuple[str, str, tuple[Any, ...]]] = [
+            ("map", USER_STATE, (struct_of(CHUNK_KEY_SCHEMA), struct_of(CHUNK_VALUE_SCHEMA))),
+            ("value", LAYOUT_STATE, (struct_of(LAYOUT_SCHEMA),)),
+            (
+                "map",
+                CHECKPOINT_STATE,
+                (struct_of(CHECKPOINT_KEY_SCHEMA), struct_of(CHECKPOINT_VALUE_SCHEMA)),
+            ),
+        ]
+        if self.holds:
+            variables.append(("value", HELD_STATE, (struct_of(HELD_SCHEMA),)))
+        return tuple(variables)
+
+    def init(self, handle: Any, states: Mapping[str, Any]) -> None:
+        """Take the state variables of :meth:`state_variables`, registered on ``handle``."""
         _freeze_worker_heap()
         client = getattr(handle, "_statefulProcessorApiClient", None)
         if all(hasattr(client, m) for m in ("set_implicit_key", "remove_implicit_key")):
             self._client = client
-        self.state = handle.getMapState(
-            USER_STATE, struct_of(CHUNK_KEY_SCHEMA), struct_of(CHUNK_VALUE_SCHEMA)
-        )
-        self.layout = handle.getValueState(LAYOUT_STATE, struct_of(LAYOUT_SCHEMA))
-        self.checkpoints = handle.getMapState(
-            CHECKPOINT_STATE, struct_of(CHECKPOINT_KEY_SCHEMA), struct_of(CHECKPOINT_VALUE_SCHEMA)
-        )
+        self.state = states[USER_STATE]
+        self.layout = states[LAYOUT_STATE]
+        self.checkpoints = states[CHECKPOINT_STATE]
         if self.holds:
             self.handle = handle
-            self.held = handle.getValueState(HELD_STATE, struct_of(HELD_SCHEMA))
+            self.held = states[HELD_STATE]
 
     def handleInitialState(
         self, key: tuple[Any, ...], seed: pd.DataFrame, timer_values: Any
@@ -1811,15 +1791,42 @@ def _run(
 
 
 def _as_stateful_processor(inner: _ElasticProcessor) -> Any:
-    """Wrap ``inner`` in a real ``StatefulProcessor`` subclass (pyspark imported lazily)."""
+    """Wrap ``inner`` in a real ``StatefulProcessor`` subclass (pyspark imported lazily).
+
+    Runs on the driver, once a query is built. The wrapper is what Spark pickles: by value,
+    with ``inner`` inside as bytes of its own and the state variables as plain data. To plan
+    a query's first batch, Spark starts a fresh Python process on the driver that unpickles
+    the wrapper only to call ``init`` and learn the state variables, at every start of every
+    stateful query. There the wrapper registers them and loads nothing else: unpickling
+    ``inner`` would import spark-elastic, the user's processor and what its code refers to
+    (pandas alone is 0.4-0.5 s). In a Python worker, ``inner`` is unpickled at the task's
+    ``init`` and given the variables registered.
+    """
+    from pyspark import cloudpickle
     from pyspark.sql.streaming import StatefulProcessor
 
+    # No method refers to this module's globals: cloudpickle ships those by reference, and
+    # unpickling one would import spark-elastic in the planning pass.
     class ElasticStatefulProcessor(StatefulProcessor):  # type: ignore[misc]
-        def __init__(self, wrapped: _ElasticProcessor) -> None:
-            self.wrapped = wrapped
+        def __init__(self, pickled: bytes, variables: tuple[Any, ...]) -> None:
+            self.pickled = pickled
+            self.variables = variables
+            self.wrapped: Any = None
 
         def init(self, handle: Any) -> None:
-            self.wrapped.init(handle)
+            states = {
+                name: (handle.getMapState if kind == "map" else handle.getValueState)(
+                    name, *schemas
+                )
+                for kind, name, schemas in self.variables
+            }
+            client = getattr(handle, "_statefulProcessorApiClient", None)
+            if getattr(getattr(client, "handle_state", None), "name", None) == "PRE_INIT":
+                return  # the planning pass: the variables are all it asks for
+            import pickle  # cloudpickle's bytes: plain pickle reads them, as pyspark's worker does
+
+            self.wrapped = pickle.loads(self.pickled)
+            self.wrapped.init(handle, states)
 
         def handleInputRows(self, key: Any, rows: Any, timer_values: Any) -> Any:
             return self.wrapped.handleInputRows(key, rows, timer_values)
@@ -1832,9 +1839,17 @@ def _as_stateful_processor(inner: _ElasticProcessor) -> Any:
             return self.wrapped.handleExpiredTimer(key, timerValues, expiredTimerInfo)
 
         def close(self) -> None:
-            self.wrapped.close()
+            if self.wrapped is not None:
+                self.wrapped.close()
 
-    return ElasticStatefulProcessor(inner)
+    try:
+        pickled = cloudpickle.dumps(inner)
+    except Exception as error:  # pickle's refusals come as TypeError, PicklingError and more
+        raise ArgumentTypeError(
+            "processor: expected an object that can be pickled to Python workers, found "
+            f"{type(inner.user).__name__} that cannot: {error}"
+        ) from error
+    return ElasticStatefulProcessor(pickled, inner.state_variables())
 
 
 _LISTENING: set[int] = set()

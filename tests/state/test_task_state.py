@@ -15,7 +15,6 @@ as the partition closes.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -610,38 +609,80 @@ def test_a_deferred_seed_is_written_once_by_its_step_with_the_step_s_changes() -
     assert {k: v for k, (_, v) in decode(store.values[(1,)][1]).items()} == {b"k": (6,)}
 
 
-_UNPICKLED: list[str] = []
+_PLANNING_PASS = """
+import json, pickle, sys
+
+class Client:  # pyspark's state client in the planning pass, as far as init() reads it
+    class handle_state:
+        name = "PRE_INIT"
+
+class Handle:
+    _statefulProcessorApiClient = Client()
+    def __init__(self):
+        self.registered = []
+    def getMapState(self, name, key_schema, value_schema):
+        self.registered.append(["map", name, key_schema.simpleString()])
+    def getValueState(self, name, schema):
+        self.registered.append(["value", name, schema.simpleString()])
+
+processor = pickle.loads(open(sys.argv[1], "rb").read())
+handle = Handle()
+processor.init(handle)
+processor.close()
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("spark_elastic", "pandas", "tests"))
+print(json.dumps({"registered": handle.registered, "loaded": loaded}))
+"""
 
 
-def _load_counting_processor() -> Any:
-    _UNPICKLED.append("user")
-    return _CountingProcessor()
+def test_spark_s_planning_pass_registers_the_state_variables_and_loads_no_code_of_ours(
+    tmp_path: Any,
+) -> None:
+    # To plan a query's first batch Spark unpickles the stateful processor in a fresh Python
+    # process on the driver, only to call init(), at every start of every stateful query:
+    # spark-elastic's modules, the user's processor and what it imports (pandas) stay out.
+    import json
+    import subprocess
+    import sys
 
-
-class _CountingProcessor:
-    """A user's processor whose unpickling is seen (as importing its code would be)."""
-
-    def process(self, state: Any, rows: Any) -> Any:
-        return rows
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return _load_counting_processor, ()
-
-
-def test_the_users_processor_is_unpickled_where_it_first_runs_not_where_spark_plans() -> None:
-    # Spark plans a query's first batch in a fresh Python process on the driver that
-    # unpickles the stateful processor only to call init(): the user's code (and what it
-    # imports, pandas among it) must not load there.
     from pyspark import cloudpickle
 
-    from spark_elastic.state.processor import _ElasticProcessor
+    from spark_elastic.state.processor import _as_stateful_processor, _ElasticProcessor
 
-    step = _ElasticProcessor(_CountingProcessor(), {}, 4, "n long", (), ("n",))  # type: ignore[arg-type]
-    _UNPICKLED.clear()
-    shipped = pickle.loads(cloudpickle.dumps(step))
-    assert _UNPICKLED == []
-    assert isinstance(shipped.user, _CountingProcessor)
-    assert _UNPICKLED == ["user"]
-    shipped.user.process(None, None)
-    assert _UNPICKLED == ["user"], "loaded once per process"
-    assert isinstance(step.user, _CountingProcessor), "the driver's own copy is untouched"
+    class Count:
+        def process(self, task: Any, rows: Any) -> Any:
+            return rows
+
+    step = _ElasticProcessor(Count(), {}, 4, "n long", (), ("n",))  # type: ignore[arg-type]
+    shipped = tmp_path / "processor.pickle"
+    shipped.write_bytes(cloudpickle.dumps(_as_stateful_processor(step)))
+    ran = subprocess.run(
+        [sys.executable, "-c", _PLANNING_PASS, str(shipped)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(ran.stdout)
+    assert seen["loaded"] == []
+    assert [(kind, name) for kind, name, _ in seen["registered"]] == [
+        ("map", "user_state_chunks"),
+        ("value", "user_state_layout"),
+        ("map", "bucket_checkpoints"),
+    ]
+
+
+def test_a_processor_that_cannot_be_pickled_is_refused_naming_it() -> None:
+    import threading
+
+    from spark_elastic.state.processor import _as_stateful_processor, _ElasticProcessor
+
+    class Locked:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def process(self, task: Any, rows: Any) -> Any:
+            return rows
+
+    step = _ElasticProcessor(Locked(), {}, 4, "n long", (), ("n",))  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"^processor: expected .* found Locked that"):
+        _as_stateful_processor(step)
