@@ -46,8 +46,9 @@ def model(
 
 @dataclass
 class Coordinator:
-    """Serves ``models`` in turn on ``GET /jobModel`` (the last one from then on), and
-    records every heartbeat's query string."""
+    """Serves ``models`` in turn on ``GET /jobModel`` (the last one from then on; one that
+    hands the warm-up its tasks only after a beat said it caught up), and records every
+    heartbeat's query string."""
 
     models: list[JobModel]
     beats: list[str] = field(default_factory=list)
@@ -60,7 +61,13 @@ def coordinator() -> Iterator[Coordinator]:
 
     def answer(path: str) -> object:
         if path == "/jobModel":
-            served = state.models.pop(0) if len(state.models) > 1 else state.models[0]
+            # As the coordinator does, a warm-up gets its tasks only once it said it caught
+            # up (in the handover's first phase): until then the model before stays.
+            served = state.models[0]
+            hands_over = len(state.models) > 1 and state.models[1].container(WARM.container_id)
+            caught_up = any("caughtUp=true" in beat for beat in state.beats)
+            if len(state.models) > 1 and (caught_up or not hands_over):
+                state.models.pop(0)
             return served.to_json()
         state.beats.append(path)
         return {"alive": True, "leaseMs": 60000, "jobModelVersion": 1}
@@ -138,7 +145,7 @@ def test_it_follows_each_model_says_it_caught_up_and_returns_the_one_that_gives_
     got, dead = wait(coordinator, warm_up)
     assert got == model(5, given=True)
     assert not dead
-    assert warm_up.followed == [3, 4]
+    assert list(dict.fromkeys(warm_up.followed)) == [3, 4], "each model in turn"
     assert any("caughtUp=true" in beat for beat in coordinator.beats)
 
 
