@@ -32,8 +32,8 @@ typecheck: $(STAMP)
 # (conftest.py deals them); the stories wait on their containers, so a third worker fills
 # what would be idle (docs/development.md, "How the suite runs"). `make test` is what CI
 # runs: every spec but those marked `long` (stories proven again on a second input, further
-# cases of a spec it runs), about 19 minutes on 2 cores (its limit is 15: docs/development.md,
-# "Two tiers"); `make test-all` runs those too (about 90 minutes).
+# cases of a spec it runs), 14-20 minutes on 2 cores, longer on slow days (its limit is 15:
+# docs/development.md, "Two tiers"); `make test-all` runs those too (about 90 minutes).
 PYTEST := PYSPARK_PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # What the specs need, made side by side once the venv is there: the linters and mypy read,
