@@ -289,7 +289,21 @@ def owner_pod(api: ApiServer, namespace: str) -> dict[str, Any]:
 
 
 def launcher_on(api: ApiServer, namespace: str, **given: Any) -> KubernetesLauncher:
-    return KubernetesLauncher(namespace, IMAGE, "clicks", 17.0, server=api.url, **given).start()
+    """A started launcher whose watch is open.
+
+    Why wait for the watch: a real API server replays from the list's resource version
+    what happened between the list and the watch; the mock server ignores the version and
+    only sends the pods there are when the watch opens, so a pod deleted in between would
+    never be seen gone (stop 65's red spec, on a loaded machine).
+    """
+    launcher = KubernetesLauncher(namespace, IMAGE, "clicks", 17.0, server=api.url, **given)
+    launcher.start()
+    try:
+        wait_until("the launcher's watch opens", lambda: launcher.watching, 10)
+    except BaseException:
+        launcher.close()
+        raise
+    return launcher
 
 
 def seen(launcher: KubernetesLauncher, handle: str, phase: str | None) -> bool:

@@ -357,6 +357,7 @@ class KubernetesLauncher:
     newest last."""
     _unreported: list[str] = field(default_factory=list, repr=False)
     _last_failure: str | None = field(default=None, repr=False)
+    _watch_open: bool = field(default=False, repr=False)
 
     # life
 
@@ -558,7 +559,6 @@ class KubernetesLauncher:
             backoff = min(backoff * 2, RELIST_BACKOFF_S[1])
 
     async def _watch_from(self, version: str) -> None:
-        import aiohttp
 
         headers: dict[str, str] = {}
         await self._api.update_params_for_auth(headers, [], ["BearerToken"])
@@ -571,18 +571,33 @@ class KubernetesLauncher:
         url = f"{ws_host}/api/v1/namespaces/{self.namespace}/pods?{urllib.parse.urlencode(query)}"
         session = self._api.rest_client.pool_manager
         async with session.ws_connect(url, headers=headers, heartbeat=30) as socket:
-            async for message in socket:
-                if message.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
-                    break
-                event = json.loads(message.data)
-                with self._lock:
-                    pods = applied(self._pods, event)
-                    if pods is None:
-                        return  # 410 Gone or an error: list again
-                    self._pods = pods
-                    # Seen (or gone): the watch answers for it from now on.
-                    uid = (event.get("object", {}).get("metadata") or {}).get("uid")
-                    self._own.pop(str(uid), None)
+            self._watch_open = True
+            try:
+                await self._follow(socket)
+            finally:
+                self._watch_open = False
+
+    async def _follow(self, socket: Any) -> None:
+        import aiohttp
+
+        async for message in socket:
+            if message.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                break
+            event = json.loads(message.data)
+            with self._lock:
+                pods = applied(self._pods, event)
+                if pods is None:
+                    return  # 410 Gone or an error: list again
+                self._pods = pods
+                # Seen (or gone): the watch answers for it from now on.
+                uid = (event.get("object", {}).get("metadata") or {}).get("uid")
+                self._own.pop(str(uid), None)
+
+    @property
+    def watching(self) -> bool:
+        """Whether the watch on the job's pods is open now (the API server sends it every
+        change from here on); False before it first opens and while it is listed again."""
+        return self._watch_open
 
     # Launcher
 
