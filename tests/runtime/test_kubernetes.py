@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
+import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -289,21 +292,7 @@ def owner_pod(api: ApiServer, namespace: str) -> dict[str, Any]:
 
 
 def launcher_on(api: ApiServer, namespace: str, **given: Any) -> KubernetesLauncher:
-    """A started launcher whose watch is open.
-
-    Why wait for the watch: a real API server replays from the list's resource version
-    what happened between the list and the watch; the mock server ignores the version and
-    only sends the pods there are when the watch opens, so a pod deleted in between would
-    never be seen gone (stop 65's red spec, on a loaded machine).
-    """
-    launcher = KubernetesLauncher(namespace, IMAGE, "clicks", 17.0, server=api.url, **given)
-    launcher.start()
-    try:
-        wait_until("the launcher's watch opens", lambda: launcher.watching, 10)
-    except BaseException:
-        launcher.close()
-        raise
-    return launcher
+    return KubernetesLauncher(namespace, IMAGE, "clicks", 17.0, server=api.url, **given).start()
 
 
 def seen(launcher: KubernetesLauncher, handle: str, phase: str | None) -> bool:
@@ -384,6 +373,10 @@ def test_a_new_launcher_answers_for_the_pods_an_earlier_one_made_and_reaps_finis
     api.set_phase(namespace, pod_name("clicks-c2"), "Succeeded")
     later = launcher_on(api, namespace)  # a restarted coordinator's, or a standby's
     try:
+        # Open already: the mock server, unlike a real one, ignores the list's resource
+        # version, so a pod deleted before the watch opened would never be seen gone (stop
+        # 65's red run, when start() returned before its watch opened).
+        assert later.watching
         assert later.alive(running, "clicks-c1")
         assert not later.alive(done, "clicks-c2")
         later.reap()
@@ -413,6 +406,45 @@ def test_an_api_server_out_of_reach_or_an_owner_pod_missing_is_one_line(
         )
     assert "http://127.0.0.1:9" in str(unreachable.value)
     assert "\n" not in str(unreachable.value)
+
+
+class ListsButWillNotWatch(http.server.BaseHTTPRequestHandler):
+    """An API server whose role for the launcher lacks the ``watch`` verb: it lists the
+    job's pods (none) and answers a watch 403, as Kubernetes' RBAC does."""
+
+    def do_GET(self) -> None:
+        if "watch=true" in self.path:
+            body = {"kind": "Status", "code": 403, "message": "pods is forbidden: cannot watch"}
+            code = 403
+        else:
+            body = {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []}
+            code = 200
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_an_api_server_that_lists_but_will_not_watch_is_refused_at_start_in_one_line() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ListsButWillNotWatch)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(LaunchError) as refused:
+            KubernetesLauncher("jobs", IMAGE, "clicks", 17.0, server=url).start(timeout_s=3)
+    finally:
+        server.shutdown()
+        server.server_close()
+    message = str(refused.value)
+    assert f"{url} listed the job's pods but opened no watch on them within 3 s" in message
+    assert "403" in message
+    assert "\n" not in message
 
 
 ANSWER_DEADLINE_S = 10

@@ -358,17 +358,24 @@ class KubernetesLauncher:
     _unreported: list[str] = field(default_factory=list, repr=False)
     _last_failure: str | None = field(default=None, repr=False)
     _watch_open: bool = field(default=False, repr=False)
+    _opened: asyncio.Future[None] | None = field(default=None, repr=False)
 
     # life
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> KubernetesLauncher:
-        """Reach the API server, find the owner pod, list the job's pods and watch them.
+        """Reach the API server, find the owner pod, list the job's pods and watch them;
+        returns once the watch is open.
+
+        Why wait for the watch: what the launcher says of a pod is what the watch last
+        saw, so a launcher without one answers from a list that ages; and an API server
+        that lists but will not watch (a role without the ``watch`` verb) is refused here,
+        in one line, not found out from a job that never sees its pods end.
 
         Raises
         ------
         LaunchError
             No client library, no configuration, the API server out of reach
-            or refusing, no such owner pod: one line.
+            or refusing, no such owner pod, no watch within ``timeout_s``: one line.
         """
         try:
             import kubernetes_asyncio  # noqa: F401
@@ -386,6 +393,18 @@ class KubernetesLauncher:
         ready.wait()
         try:
             self._call(self._connect(), timeout_s)
+        except LaunchError:
+            opened = self._opened
+            listed_only = opened is not None and not opened.done()
+            with self._lock:
+                last = f": {self.failures[-1]}" if self.failures else ""
+            self.close()
+            if listed_only:
+                raise LaunchError(
+                    f"the Kubernetes API server {self._where()} listed the job's pods but "
+                    f"opened no watch on them within {timeout_s:.0f} s{last}"
+                ) from None
+            raise
         except BaseException:
             self.close()
             raise
@@ -492,7 +511,9 @@ class KubernetesLauncher:
                 f"({'owner pod ' + self.owner_pod + ', ' if self.owner_pod else ''}namespace "
                 f"{self.namespace}): {_reason(exc)}"
             ) from None
+        self._opened = asyncio.get_running_loop().create_future()
         self._watching = asyncio.get_running_loop().create_task(self._watch())
+        await asyncio.shield(self._opened)
 
     async def _disconnect(self) -> None:
         # The connections first, the watch's among them, so that it ends without a close
@@ -572,6 +593,8 @@ class KubernetesLauncher:
         session = self._api.rest_client.pool_manager
         async with session.ws_connect(url, headers=headers, heartbeat=30) as socket:
             self._watch_open = True
+            if self._opened is not None and not self._opened.done():
+                self._opened.set_result(None)
             try:
                 await self._follow(socket)
             finally:
