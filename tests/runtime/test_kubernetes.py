@@ -409,16 +409,19 @@ def test_an_api_server_out_of_reach_or_an_owner_pod_missing_is_one_line(
 
 
 class ListsButWillNotWatch(http.server.BaseHTTPRequestHandler):
-    """An API server whose role for the launcher lacks the ``watch`` verb: it lists the
-    job's pods (none) and answers a watch 403, as Kubernetes' RBAC does."""
+    """An API server that lists the job's pods (none) and answers every watch with
+    :attr:`watch_status`: 403 as Kubernetes' RBAC does for a role without the ``watch``
+    verb, 500 as one that is failing."""
+
+    watch_status = 403
 
     def do_GET(self) -> None:
         if "watch=true" in self.path:
-            body = {"kind": "Status", "code": 403, "message": "pods is forbidden: cannot watch"}
-            code = 403
+            code = self.watch_status
+            body = {"kind": "Status", "code": code, "message": "pods is forbidden: cannot watch"}
         else:
-            body = {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []}
             code = 200
+            body = {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []}
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -430,20 +433,33 @@ class ListsButWillNotWatch(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_an_api_server_that_lists_but_will_not_watch_is_refused_at_start_in_one_line() -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ListsButWillNotWatch)
+@contextlib.contextmanager
+def refusing_watches(status: int) -> Iterator[str]:
+    handler = type("Refusing", (ListsButWillNotWatch,), {"watch_status": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        with pytest.raises(LaunchError) as refused:
-            KubernetesLauncher("jobs", IMAGE, "clicks", 17.0, server=url).start(timeout_s=3)
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_api_server_that_lists_but_will_not_watch_is_refused_at_start_in_one_line() -> None:
+    with refusing_watches(403) as url, pytest.raises(LaunchError) as refused:
+        KubernetesLauncher("jobs", IMAGE, "clicks", 17.0, server=url).start(timeout_s=30)
     message = str(refused.value)
-    assert f"{url} listed the job's pods but opened no watch on them within 3 s" in message
-    assert "403" in message
+    # Said at the first refusal (a role does not heal), not at start()'s deadline.
+    assert f"{url} lists the job's pods in namespace jobs but refuses to watch them" in message
+    assert "HTTP 403" in message
+    assert "\n" not in message
+    # A watch failing otherwise is tried again until the deadline, then said with its cause.
+    with refusing_watches(500) as url, pytest.raises(LaunchError) as failing:
+        KubernetesLauncher("jobs", IMAGE, "clicks", 17.0, server=url).start(timeout_s=2)
+    message = str(failing.value)
+    assert f"{url} listed the job's pods but opened no watch on them within 2 s" in message
+    assert "HTTP 500" in message
     assert "\n" not in message
 
 

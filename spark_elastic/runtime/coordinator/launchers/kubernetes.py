@@ -559,8 +559,6 @@ class KubernetesLauncher:
 
     async def _watch(self) -> None:
         """List, then watch from the list's version; list again whenever the watch ends."""
-        import aiohttp
-
         backoff = RELIST_BACKOFF_S[0]
         first = True
         while True:
@@ -572,9 +570,19 @@ class KubernetesLauncher:
                 backoff = RELIST_BACKOFF_S[0]
             except asyncio.CancelledError:
                 raise
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-                self._failed(f"watching the job's pods: {_reason(exc)}")
             except Exception as exc:
+                opened = self._opened
+                if opened is not None and not opened.done() and _status(exc) in (401, 403):
+                    # Refused before it ever opened: a role, not an outage; trying again
+                    # until start()'s deadline would only delay saying so.
+                    opened.set_exception(
+                        LaunchError(
+                            f"the Kubernetes API server {self._where()} lists the job's pods "
+                            f"in namespace {self.namespace} but refuses to watch them: "
+                            f"{_reason(exc)}"
+                        )
+                    )
+                    return
                 self._failed(f"watching the job's pods: {_reason(exc)}")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RELIST_BACKOFF_S[1])
